@@ -1,0 +1,180 @@
+"""Fleet's settings, all in one place.
+
+Sources, in rising precedence: ``fleet.toml`` in the user config directory, ``fleet.toml`` in the
+project directory, ``.env``, the environment (``FLEET_*``), then explicit overrides (CLI flags).
+In TOML a key may be written flat (``lm_model = "..."``) or grouped in a table whose name is the
+prefix (``[lm]`` then ``model = "..."``). An unknown key fails fast and names the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+APP_NAME = "fleet"
+CONFIG_FILE = "fleet.toml"
+Mode = Literal["hybrid", "rlm", "flex", "direct"]
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message says which key and why."""
+
+
+def user_config_dir() -> Path:
+    return Path(platformdirs.user_config_dir(APP_NAME))
+
+
+def config_files(project_dir: Path | None = None) -> list[Path]:
+    """The TOML files read, lowest precedence first."""
+    project = (project_dir or Path.cwd()) / CONFIG_FILE
+    return [p for p in (user_config_dir() / CONFIG_FILE, project) if p.is_file()]
+
+
+class Settings(BaseSettings):
+    """Every setting Fleet reads. Environment names are ``FLEET_`` + the upper-cased field name."""
+
+    model_config = SettingsConfigDict(env_prefix="FLEET_", env_file=".env", extra="forbid", validate_default=True)
+
+    home: Path | None = Field(None, description="Fleet's data directory; the platform's user data dir if unset.")
+
+    # Root model (writes the code).
+    lm_model: str | None = Field(None, description="Root model, e.g. openai/gpt-4.1-mini.")
+    lm_base_url: str | None = None
+    lm_api_key: SecretStr | None = None
+    lm_temperature: float | None = None
+    lm_max_tokens: int | None = Field(None, gt=0)
+    lm_timeout: float = Field(120.0, gt=0, description="Seconds to wait for one model response.")
+    lm_num_retries: int = Field(2, ge=0)
+    lm_stream: bool = Field(True, description="Stream completions so reasoning and code arrive live.")
+
+    # Sub-model (answers llm_query); each field defaults to the root's.
+    sub_lm_model: str | None = None
+    sub_lm_base_url: str | None = None
+    sub_lm_api_key: SecretStr | None = None
+    sub_lm_temperature: float | None = None
+    sub_lm_max_tokens: int | None = Field(None, gt=0)
+
+    # Budgets per turn.
+    max_iterations: int = Field(20, gt=0, description="RLM iterations per turn.")
+    max_model_calls: int = Field(60, gt=0, description="Root + sub-model calls per turn, one counter.")
+    turn_timeout: float = Field(900.0, gt=0, description="Wall-clock seconds a turn may take.")
+    execution_timeout: float = Field(120.0, gt=0, description="Wall-clock seconds one code execution may take.")
+    max_output_chars: int = Field(20_000, gt=0, description="Output characters kept per execution.")
+    max_tokens_per_turn: int | None = Field(None, gt=0, description="Optional ceiling on model tokens per turn.")
+
+    # Sandbox.
+    sandbox_backend: Literal["local"] = "local"
+    sandbox_allow_unisolated: bool = Field(
+        False, description="Run the worker without bubblewrap when it is missing (no isolation!)."
+    )
+    sandbox_memory_mb: int = Field(2048, gt=0)
+    sandbox_max_processes: int = Field(64, gt=0)
+    sandbox_max_file_size_mb: int = Field(1024, gt=0)
+    sandbox_cpu_seconds: int = Field(1800, gt=0)
+
+    # Routing.
+    mode: Mode = "rlm"
+
+    # Server.
+    database_url: str | None = Field(None, description="SQLAlchemy async URL; SQLite under home if unset.")
+    server_host: str = "127.0.0.1"
+    server_port: int = Field(8765, gt=0, lt=65536)
+    api_token: SecretStr | None = None
+    upload_limit_mb: int = Field(100, gt=0)
+    sandbox_pool_size: int = Field(2, ge=0)
+
+    @model_validator(mode="after")
+    def _home_absolute(self) -> Settings:
+        if self.home is not None:
+            self.home = self.home.expanduser().resolve()
+        return self
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home or Path(platformdirs.user_data_dir(APP_NAME))
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.data_dir / "workspaces"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def sub_model(self) -> str | None:
+        return self.sub_lm_model or self.lm_model
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, dotenv_settings, _TomlSource(settings_cls))
+
+
+class _TomlSource(PydanticBaseSettingsSource):
+    """Reads the fleet.toml files, flattening ``[table] key`` into ``table_key``."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for path in config_files():
+            merged.update(_read_toml(path, set(self.settings_cls.model_fields)))
+        return merged
+
+
+def _read_toml(path: Path, known: set[str]) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            for sub_key, sub_value in value.items():
+                flat[f"{key}_{sub_key}"] = sub_value
+        else:
+            flat[key] = value
+    unknown = sorted(set(flat) - known)
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r}" + (f" (and {unknown[1:]})" if unknown[1:] else ""))
+    return flat
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Load settings from every source; ``overrides`` (CLI flags) win. Raises ConfigError."""
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**clean)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "settings"
+        if first["type"] == "extra_forbidden":
+            raise ConfigError(f"unknown configuration key {key!r}") from exc
+        raise ConfigError(f"configuration key {key!r}: {first['msg']}") from exc
+
+
+class ModelNotConfigured(ConfigError):
+    """No root model is configured."""
+
+
+def require_model(settings: Settings) -> str:
+    if not settings.lm_model:
+        raise ModelNotConfigured(
+            "no model configured: set FLEET_LM_MODEL (e.g. openai/gpt-4.1-mini), plus FLEET_LM_BASE_URL and "
+            "FLEET_LM_API_KEY for an OpenAI-compatible endpoint, or put them in fleet.toml under [lm]"
+        )
+    return settings.lm_model
