@@ -1,0 +1,23 @@
+"""Durable state: sessions, turns, events and files in SQL (SQLite or PostgreSQL), bytes on disk."""
+
+from fleet_rlm.store.blobs import BlobStore, TooLarge
+from fleet_rlm.store.database import Database, database_url
+from fleet_rlm.store.errors import Conflict, Invalid, NotFound, StoreError
+from fleet_rlm.store.records import FileChanges, FileRecord, SessionRecord, TurnRecord
+from fleet_rlm.store.store import Store
+
+__all__ = [
+    "BlobStore",
+    "Conflict",
+    "Database",
+    "FileChanges",
+    "FileRecord",
+    "Invalid",
+    "NotFound",
+    "SessionRecord",
+    "Store",
+    "StoreError",
+    "TooLarge",
+    "TurnRecord",
+    "database_url",
+]

@@ -1,0 +1,128 @@
+"""File bytes on disk, per session, addressed by their sha256.
+
+``<root>/<session id>/blobs/<sha256>`` holds each distinct content once; the database maps paths to
+digests. Writing a blob is idempotent and happens before the database commit that references it,
+so a crash leaves at worst an unreferenced blob (removed by :meth:`BlobStore.collect_garbage`),
+never a path pointing at missing or half-written bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+CHUNK = 1024 * 1024
+
+
+class TooLarge(ValueError):
+    """The content exceeds the size limit it was given."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"larger than the limit of {limit} bytes")
+        self.limit = limit
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class BlobStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.root / session_id
+
+    def path(self, session_id: str, sha256: str) -> Path:
+        return self.session_dir(session_id) / "blobs" / sha256
+
+    def _staging(self, session_id: str) -> Path:
+        staging = self.session_dir(session_id) / "staging"
+        staging.mkdir(parents=True, exist_ok=True)
+        return staging
+
+    def _settle(self, session_id: str, temp: Path, sha256: str) -> Path:
+        target = self.path(session_id, sha256)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            temp.unlink()
+        else:
+            os.replace(temp, target)
+        return target
+
+    def put_stream(self, session_id: str, source: BinaryIO, limit: int | None = None) -> tuple[str, int]:
+        """Copy ``source`` into a blob; returns (sha256, size). Raises TooLarge past ``limit`` bytes."""
+        digest = hashlib.sha256()
+        size = 0
+        fd, name = tempfile.mkstemp(dir=self._staging(session_id))
+        temp = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                while chunk := source.read(CHUNK):
+                    size += len(chunk)
+                    if limit is not None and size > limit:
+                        raise TooLarge(limit)
+                    digest.update(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        sha = digest.hexdigest()
+        self._settle(session_id, temp, sha)
+        return sha, size
+
+    def put_file(self, session_id: str, source: Path) -> tuple[str, int]:
+        """Store a finished file (e.g. an artifact from a torn-down sandbox); linked when possible."""
+        sha = sha256_of(source)
+        target = self.path(session_id, sha)
+        if not target.exists():
+            staged = self._staging(session_id) / f"{sha}.{os.getpid()}.tmp"
+            staged.unlink(missing_ok=True)
+            try:
+                os.link(source, staged)
+            except OSError:
+                shutil.copyfile(source, staged)
+            self._settle(session_id, staged, sha)
+        return sha, target.stat().st_size
+
+    def copy_out(self, session_id: str, sha256: str, destination: Path) -> None:
+        """Write a blob's bytes to ``destination`` as an independent file (never a link: the
+        reader may modify it)."""
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.path(session_id, sha256), destination)
+
+    def collect_garbage(self, session_id: str, keep: Iterable[str]) -> int:
+        """Remove staging leftovers and blobs not in ``keep``; returns how many files went."""
+        removed = 0
+        keep_set = set(keep)
+        session_dir = self.session_dir(session_id)
+        with contextlib.suppress(FileNotFoundError):
+            for leftover in (session_dir / "staging").iterdir():
+                leftover.unlink(missing_ok=True)
+                removed += 1
+        with contextlib.suppress(FileNotFoundError):
+            for blob in (session_dir / "blobs").iterdir():
+                if blob.name not in keep_set:
+                    blob.unlink(missing_ok=True)
+                    removed += 1
+        return removed
+
+    def session_ids(self) -> set[str]:
+        if not self.root.is_dir():
+            return set()
+        return {entry.name for entry in self.root.iterdir() if entry.is_dir()}
+
+    def remove_session(self, session_id: str) -> None:
+        shutil.rmtree(self.session_dir(session_id), ignore_errors=True)

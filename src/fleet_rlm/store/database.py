@@ -1,0 +1,138 @@
+"""Connecting to Fleet's database and migrating it.
+
+SQLite (a file under Fleet's data directory) is the embedded default; PostgreSQL is selected with
+``FLEET_DATABASE_URL=postgresql+asyncpg://...``. Writes go through :meth:`Database.write`, reads
+through :meth:`Database.read`: on SQLite the write engine opens ``BEGIN IMMEDIATE`` transactions on
+a single pooled connection, so concurrent writers queue instead of failing with "database is
+locked", while WAL mode keeps readers unblocked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import event, make_url, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from fleet_rlm.config import ConfigError, Settings
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+_MIGRATION_LOCK_ID = 0x46_4C_45_45_54  # "FLEET": serializes concurrent migrators on PostgreSQL
+SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
+
+
+def database_url(settings: Settings) -> str:
+    """The configured URL, or the embedded SQLite file under the data directory."""
+    if settings.database_url:
+        return settings.database_url
+    return f"sqlite+aiosqlite:///{settings.data_dir / 'fleet.db'}"
+
+
+def _alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return config
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+
+
+class Database:
+    """The async engines and session factories of one database."""
+
+    def __init__(self, url: str) -> None:
+        try:
+            parsed = make_url(url)
+        except ArgumentError as exc:
+            raise ConfigError(f"configuration key 'database_url': not a database URL: {url!r}") from exc
+        if parsed.drivername not in SUPPORTED_DRIVERS:
+            raise ConfigError(
+                f"configuration key 'database_url': driver {parsed.drivername!r} is not supported; "
+                f"use one of {', '.join(SUPPORTED_DRIVERS)}"
+            )
+        self.url = parsed
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            if parsed.database and parsed.database != ":memory:":
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            self.read_engine = create_async_engine(parsed)
+            self.write_engine = create_async_engine(parsed, pool_size=1, max_overflow=0, pool_timeout=60)
+            for engine in (self.read_engine, self.write_engine):
+                _configure_sqlite(engine, immediate=engine is self.write_engine)
+        else:
+            self.read_engine = self.write_engine = create_async_engine(
+                parsed, pool_size=10, max_overflow=20, pool_pre_ping=True
+            )
+        self._reads = async_sessionmaker(self.read_engine, expire_on_commit=False)
+        self._writes = async_sessionmaker(self.write_engine, expire_on_commit=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Database:
+        return cls(database_url(settings))
+
+    @property
+    def display_url(self) -> str:
+        return self.url.render_as_string(hide_password=True)
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        async with self._reads() as session:
+            yield session
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A session inside one transaction, committed when the block exits without error."""
+        async with self._writes() as session, session.begin():
+            yield session
+
+    async def migrate(self) -> None:
+        """Bring the schema to the newest revision (idempotent; safe with concurrent servers on PostgreSQL)."""
+        async with self.write_engine.begin() as connection:
+            if not self.is_sqlite:
+                await connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
+            await connection.run_sync(_upgrade)
+
+    async def revision(self) -> str | None:
+        async with self.read_engine.connect() as connection:
+            return await connection.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
+
+    async def ping(self) -> None:
+        """Raises if the database cannot be reached."""
+        async with self.read_engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+
+    async def dispose(self) -> None:
+        await self.read_engine.dispose()
+        if self.write_engine is not self.read_engine:
+            await self.write_engine.dispose()
+
+
+def _upgrade(connection: Connection) -> None:
+    config = _alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event (below) start transactions instead of the driver.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        for pragma in ("journal_mode=WAL", "foreign_keys=ON", "busy_timeout=30000", "synchronous=NORMAL"):
+            cursor.execute(f"PRAGMA {pragma}")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")

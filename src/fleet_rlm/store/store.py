@@ -1,0 +1,408 @@
+"""Fleet's durable state: the queries and transactions over :mod:`fleet_rlm.store.tables`.
+
+Every method is one transaction. A turn is created ``queued``, becomes ``running``, and ends in
+:meth:`Store.finish_turn`, which commits its status, answer, terminal event and file changes at
+once, so a crash never leaves half a turn behind; :meth:`Store.interrupt_turns` closes turns whose
+process died.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from fleet_rlm.engine.events import Event, EventType, new_id
+from fleet_rlm.store.database import Database
+from fleet_rlm.store.errors import Conflict, Invalid, NotFound
+from fleet_rlm.store.records import FileChanges, FileRecord, SessionRecord, TurnRecord
+from fleet_rlm.store.tables import (
+    ACTIVE_TURN_STATUSES,
+    FILE_ORIGINS,
+    FINAL_TURN_STATUSES,
+    EventRow,
+    FileRow,
+    SessionRow,
+    TurnRow,
+    utcnow,
+)
+
+SESSION_ID_PREFIX = "ses"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_EDITABLE_SESSION_FIELDS = frozenset({"name", "title", "mode", "settings"})
+
+
+def check_session_name(name: str) -> str:
+    if not _NAME.fullmatch(name) or name.startswith(f"{SESSION_ID_PREFIX}_"):
+        raise Invalid(
+            f"session name {name!r} is not valid: use 1-64 letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit and not with {SESSION_ID_PREFIX + '_'!r}",
+            code="invalid_session_name",
+        )
+    return name
+
+
+def _event_row(event: Event) -> dict[str, Any]:
+    return {
+        "turn_id": event.turn_id,
+        "seq": event.seq,
+        "type": event.type.value,
+        "ts": event.ts,
+        "span_id": event.span_id,
+        "parent_span_id": event.parent_span_id,
+        "data": event.data,
+    }
+
+
+def _event_of(row: EventRow) -> Event:
+    return Event(
+        type=EventType(row.type),
+        seq=row.seq,
+        turn_id=row.turn_id,
+        ts=row.ts,
+        span_id=row.span_id,
+        parent_span_id=row.parent_span_id,
+        data=dict(row.data or {}),
+    )
+
+
+class Store:
+    def __init__(self, database: Database) -> None:
+        self.db = database
+
+    # Sessions ---------------------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        name: str | None = None,
+        title: str | None = None,
+        mode: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> SessionRecord:
+        if name is not None:
+            check_session_name(name)
+        row = SessionRow(id=new_id(SESSION_ID_PREFIX), name=name, title=title, mode=mode, settings=dict(settings or {}))
+        try:
+            async with self.db.write() as session:
+                session.add(row)
+        except IntegrityError as exc:
+            raise Conflict(f"a session named {name!r} already exists", code="session_name_taken") from exc
+        return SessionRecord.of(row)
+
+    async def _session_row(self, session: AsyncSession, ref: str) -> SessionRow:
+        row = await session.get(SessionRow, ref)
+        if row is None:
+            row = (await session.execute(select(SessionRow).where(SessionRow.name == ref))).scalar_one_or_none()
+        if row is None:
+            raise NotFound("session", ref)
+        return row
+
+    async def get_session(self, ref: str) -> SessionRecord:
+        """The session whose id or unique name is ``ref``."""
+        async with self.db.read() as session:
+            return SessionRecord.of(await self._session_row(session, ref))
+
+    async def list_sessions(self, *, limit: int = 50, offset: int = 0) -> list[SessionRecord]:
+        query = select(SessionRow).order_by(SessionRow.updated_at.desc(), SessionRow.id).limit(limit).offset(offset)
+        async with self.db.read() as session:
+            return [SessionRecord.of(row) for row in (await session.execute(query)).scalars()]
+
+    async def update_session(self, ref: str, **changes: Any) -> SessionRecord:
+        unknown = set(changes) - _EDITABLE_SESSION_FIELDS
+        if unknown:
+            raise Invalid(f"session field {sorted(unknown)[0]!r} cannot be changed")
+        if changes.get("name") is not None:
+            check_session_name(changes["name"])
+        try:
+            async with self.db.write() as session:
+                row = await self._session_row(session, ref)
+                for key, value in changes.items():
+                    setattr(row, key, dict(value or {}) if key == "settings" else value)
+                row.updated_at = utcnow()
+        except IntegrityError as exc:
+            raise Conflict(
+                f"a session named {changes.get('name')!r} already exists", code="session_name_taken"
+            ) from exc
+        return SessionRecord.of(row)
+
+    async def delete_session(self, ref: str) -> SessionRecord:
+        """Delete a session with its turns, events and file records (not its bytes on disk)."""
+        async with self.db.write() as session:
+            row = await self._session_row(session, ref)
+            active = await self._active_turn(session, row.id)
+            if active is not None:
+                raise Conflict(
+                    f"session {ref!r} has turn {active.id} {active.status}; cancel it first", code="session_busy"
+                )
+            record = SessionRecord.of(row)
+            await session.delete(row)
+        return record
+
+    async def _touch_session(self, session: AsyncSession, session_id: str) -> None:
+        await session.execute(update(SessionRow).where(SessionRow.id == session_id).values(updated_at=utcnow()))
+
+    # Turns ------------------------------------------------------------------------------------
+
+    async def _active_turn(self, session: AsyncSession, session_id: str) -> TurnRow | None:
+        query = select(TurnRow).where(TurnRow.session_id == session_id, TurnRow.status.in_(ACTIVE_TURN_STATUSES))
+        return (await session.execute(query)).scalar_one_or_none()
+
+    async def _turn_by_key(self, session: AsyncSession, session_id: str, key: str) -> TurnRow | None:
+        query = select(TurnRow).where(TurnRow.session_id == session_id, TurnRow.idempotency_key == key)
+        return (await session.execute(query)).scalar_one_or_none()
+
+    async def create_turn(
+        self,
+        session_ref: str,
+        message: str,
+        *,
+        context_paths: Sequence[str] = (),
+        options: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        runner: str | None = None,
+        turn_id: str | None = None,
+    ) -> tuple[TurnRecord, bool]:
+        """Queue a turn; returns it and whether it is new. The same idempotency key returns the
+        turn it first created; another turn still queued or running raises ``turn_in_progress``."""
+        for attempt in range(2):
+            try:
+                async with self.db.write() as session:
+                    sess = await self._session_row(session, session_ref)
+                    if idempotency_key is not None:
+                        existing = await self._turn_by_key(session, sess.id, idempotency_key)
+                        if existing is not None:
+                            if existing.message != message or list(existing.context_paths) != list(context_paths):
+                                raise Invalid(
+                                    f"idempotency key {idempotency_key!r} was already used for a different turn",
+                                    code="idempotency_key_reused",
+                                )
+                            return TurnRecord.of(existing), False
+                    active = await self._active_turn(session, sess.id)
+                    if active is not None:
+                        raise Conflict(
+                            f"turn {active.id} is still {active.status} in session {session_ref!r}",
+                            code="turn_in_progress",
+                        )
+                    last = await session.scalar(select(func.max(TurnRow.position)).where(TurnRow.session_id == sess.id))
+                    row = TurnRow(
+                        id=turn_id or new_id("turn"),
+                        session_id=sess.id,
+                        position=(last or 0) + 1,
+                        message=message,
+                        context_paths=list(context_paths),
+                        options=dict(options or {}),
+                        status="queued",
+                        usage={},
+                        artifacts=[],
+                        idempotency_key=idempotency_key,
+                        runner=runner,
+                    )
+                    session.add(row)
+                    sess.updated_at = utcnow()
+                return TurnRecord.of(row), True
+            except IntegrityError:
+                # A concurrent request won the race; the second pass reports what it created.
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def get_turn(self, turn_id: str) -> TurnRecord:
+        async with self.db.read() as session:
+            row = await session.get(TurnRow, turn_id)
+            if row is None:
+                raise NotFound("turn", turn_id)
+            return TurnRecord.of(row)
+
+    async def list_turns(self, session_id: str, *, after: int = 0, limit: int = 50) -> list[TurnRecord]:
+        """Turns of a session in order, those with ``position > after`` first."""
+        query = (
+            select(TurnRow)
+            .where(TurnRow.session_id == session_id, TurnRow.position > after)
+            .order_by(TurnRow.position)
+            .limit(limit)
+        )
+        async with self.db.read() as session:
+            return [TurnRecord.of(row) for row in (await session.execute(query)).scalars()]
+
+    async def active_turns(self) -> list[TurnRecord]:
+        query = select(TurnRow).where(TurnRow.status.in_(ACTIVE_TURN_STATUSES))
+        async with self.db.read() as session:
+            return [TurnRecord.of(row) for row in (await session.execute(query)).scalars()]
+
+    async def mark_running(self, turn_id: str) -> bool:
+        """queued -> running; False when the turn is no longer queued (cancelled meanwhile)."""
+        async with self.db.write() as session:
+            result = await session.execute(
+                update(TurnRow)
+                .where(TurnRow.id == turn_id, TurnRow.status == "queued")
+                .values(status="running", started_at=utcnow())
+            )
+            return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def finish_turn(
+        self,
+        turn_id: str,
+        *,
+        status: str,
+        answer: str | None = None,
+        error: str | None = None,
+        usage: dict[str, Any] | None = None,
+        artifacts: list[dict[str, Any]] | None = None,
+        events: Sequence[Event] = (),
+        files: FileChanges | None = None,
+    ) -> TurnRecord:
+        """End an active turn: status, answer, its last events and file changes in one transaction.
+
+        Raises ``turn_not_active`` (and commits nothing) when the turn already ended, e.g. because
+        start-up reconciliation marked it interrupted.
+        """
+        if status not in FINAL_TURN_STATUSES:
+            raise Invalid(f"{status!r} is not a final turn status")
+        async with self.db.write() as session:
+            row = await session.get(TurnRow, turn_id, with_for_update=True)
+            if row is None:
+                raise NotFound("turn", turn_id)
+            if row.status not in ACTIVE_TURN_STATUSES:
+                raise Conflict(f"turn {turn_id} already ended as {row.status}", code="turn_not_active")
+            row.status = status
+            row.answer = answer
+            row.error = error
+            row.usage = dict(usage or {})
+            row.artifacts = list(artifacts or [])
+            row.finished_at = utcnow()
+            if events:
+                await session.execute(insert(EventRow), [_event_row(e) for e in events])
+            if files is not None:
+                await self._apply_file_changes(session, row.session_id, files, turn_id)
+            await self._touch_session(session, row.session_id)
+        return TurnRecord.of(row)
+
+    async def interrupt_turns(self, should_interrupt: Callable[[TurnRecord], bool], reason: str) -> list[TurnRecord]:
+        """Mark active turns chosen by ``should_interrupt`` interrupted, each with a terminal
+        ``turn.interrupted`` event after its last stored event."""
+        interrupted: list[TurnRecord] = []
+        for turn in await self.active_turns():
+            if not should_interrupt(turn):
+                continue
+            async with self.db.write() as session:
+                row = await session.get(TurnRow, turn.id, with_for_update=True)
+                if row is None or row.status not in ACTIVE_TURN_STATUSES:
+                    continue
+                last = await session.scalar(select(func.max(EventRow.seq)).where(EventRow.turn_id == turn.id))
+                first = (
+                    (await session.execute(select(EventRow).where(EventRow.turn_id == turn.id).order_by(EventRow.seq)))
+                    .scalars()
+                    .first()
+                )
+                event = Event(
+                    type=EventType.TURN_INTERRUPTED,
+                    seq=(last or 0) + 1,
+                    turn_id=turn.id,
+                    ts=utcnow().timestamp(),
+                    span_id=first.span_id if first is not None else new_id("span"),
+                    parent_span_id=None,
+                    data={"reason": reason},
+                )
+                await session.execute(insert(EventRow), [_event_row(event)])
+                row.status = "interrupted"
+                row.error = reason
+                row.finished_at = utcnow()
+                await self._touch_session(session, row.session_id)
+            interrupted.append(TurnRecord.of(row))
+        return interrupted
+
+    async def history(self, session_id: str, *, before_position: int | None = None) -> list[TurnRecord]:
+        """Finished turns of a session, oldest first (what the next turn is told)."""
+        query = select(TurnRow).where(TurnRow.session_id == session_id, TurnRow.status.in_(FINAL_TURN_STATUSES))
+        if before_position is not None:
+            query = query.where(TurnRow.position < before_position)
+        async with self.db.read() as session:
+            rows = (await session.execute(query.order_by(TurnRow.position))).scalars()
+            return [TurnRecord.of(row) for row in rows]
+
+    # Events -----------------------------------------------------------------------------------
+
+    async def append_events(self, events: Sequence[Event]) -> None:
+        if events:
+            async with self.db.write() as session:
+                await session.execute(insert(EventRow), [_event_row(e) for e in events])
+
+    async def events_after(self, turn_id: str, after_seq: int = 0, *, limit: int = 1000) -> list[Event]:
+        query = (
+            select(EventRow)
+            .where(EventRow.turn_id == turn_id, EventRow.seq > after_seq)
+            .order_by(EventRow.seq)
+            .limit(limit)
+        )
+        async with self.db.read() as session:
+            return [_event_of(row) for row in (await session.execute(query)).scalars()]
+
+    # Files ------------------------------------------------------------------------------------
+
+    async def list_files(self, session_id: str) -> list[FileRecord]:
+        query = select(FileRow).where(FileRow.session_id == session_id).order_by(FileRow.path)
+        async with self.db.read() as session:
+            return [FileRecord.of(row) for row in (await session.execute(query)).scalars()]
+
+    async def get_file(self, session_id: str, path: str) -> FileRecord:
+        async with self.db.read() as session:
+            row = await session.get(FileRow, (session_id, path))
+            if row is None:
+                raise NotFound("file", path)
+            return FileRecord.of(row)
+
+    async def put_file(self, session_id: str, record: FileRecord) -> FileRecord:
+        async with self.db.write() as session:
+            await self._session_row(session, session_id)
+            await self._apply_file_changes(session, session_id, FileChanges(upserts=[record]), record.turn_id)
+            await self._touch_session(session, session_id)
+            row = await session.get(FileRow, (session_id, record.path))
+            assert row is not None
+            return FileRecord.of(row)
+
+    async def delete_file(self, session_id: str, path: str) -> FileRecord:
+        async with self.db.write() as session:
+            row = await session.get(FileRow, (session_id, path))
+            if row is None:
+                raise NotFound("file", path)
+            record = FileRecord.of(row)
+            await session.delete(row)
+            await self._touch_session(session, session_id)
+        return record
+
+    async def _apply_file_changes(
+        self, session: AsyncSession, session_id: str, changes: FileChanges, turn_id: str | None
+    ) -> None:
+        now = utcnow()
+        for record in changes.upserts:
+            if record.origin not in FILE_ORIGINS:
+                raise Invalid(f"file origin {record.origin!r} is not one of {FILE_ORIGINS}")
+            row = await session.get(FileRow, (session_id, record.path))
+            if row is None:
+                row = FileRow(session_id=session_id, path=record.path, created_at=now)
+                session.add(row)
+            row.size = record.size
+            row.sha256 = record.sha256
+            row.media_type = record.media_type
+            row.origin = record.origin
+            row.turn_id = record.turn_id or turn_id
+            row.updated_at = now
+        if changes.deletions:
+            await session.execute(
+                delete(FileRow).where(FileRow.session_id == session_id, FileRow.path.in_(changes.deletions))
+            )
+
+    async def referenced_blobs(self, session_id: str) -> set[str]:
+        query = select(FileRow.sha256).where(FileRow.session_id == session_id)
+        async with self.db.read() as session:
+            return set((await session.execute(query)).scalars())
+
+    async def session_ids(self) -> set[str]:
+        async with self.db.read() as session:
+            return set((await session.execute(select(SessionRow.id))).scalars())
+

@@ -1,0 +1,147 @@
+"""The relational schema: sessions, turns, their append-only events, and session files.
+
+File bytes live on disk (see :mod:`fleet_rlm.store.blobs`); rows hold their metadata. Timestamps
+are timezone-aware UTC on every backend. Changing a table means adding an Alembic revision under
+``migrations/versions`` (a test compares the migrated schema with this module).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+ACTIVE_TURN_STATUSES = ("queued", "running")
+FINAL_TURN_STATUSES = ("completed", "failed", "cancelled", "interrupted")
+FILE_ORIGINS = ("upload", "artifact", "memory")
+
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """A datetime stored as UTC and always read back timezone-aware (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(dt.UTC)
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class SessionRow(Base):
+    __tablename__ = "sessions"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(64), unique=True)
+    title: Mapped[str | None] = mapped_column(String(200))
+    mode: Mapped[str | None] = mapped_column(String(16))
+    settings: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class TurnRow(Base):
+    __tablename__ = "turns"
+    __table_args__ = (
+        UniqueConstraint("session_id", "position"),
+        UniqueConstraint("session_id", "idempotency_key"),
+        # At most one queued or running turn per session, enforced by the database itself.
+        Index(
+            "ix_turns_one_active_per_session",
+            "session_id",
+            unique=True,
+            sqlite_where=text("status IN ('queued', 'running')"),
+            postgresql_where=text("status IN ('queued', 'running')"),
+        ),
+        Index("ix_turns_status", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    message: Mapped[str] = mapped_column(Text)
+    context_paths: Mapped[list[str]] = mapped_column(JsonType, default=list)
+    options: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+    status: Mapped[str] = mapped_column(String(16))
+    answer: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    usage: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+    artifacts: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    runner: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+
+
+class EventRow(Base):
+    """One event of a turn, append-only; ``(turn_id, seq)`` is its identity."""
+
+    __tablename__ = "events"
+
+    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    type: Mapped[str] = mapped_column(String(40))
+    ts: Mapped[float] = mapped_column(Float)
+    span_id: Mapped[str] = mapped_column(String(64))
+    parent_span_id: Mapped[str | None] = mapped_column(String(64))
+    data: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+
+
+class FileRow(Base):
+    """A file of a session's workspace: an upload in ``files/``, an artifact, or a memory file."""
+
+    __tablename__ = "files"
+
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True)
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    media_type: Mapped[str] = mapped_column(String(200))
+    origin: Mapped[str] = mapped_column(String(16))
+    turn_id: Mapped[str | None] = mapped_column(String(40))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)

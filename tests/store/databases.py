@@ -1,0 +1,94 @@
+"""Throwaway databases for tests: a SQLite file per test, or a PostgreSQL database per test cloned
+from one template migrated once per run (so concurrent runs and tests never share tables)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from fleet_rlm.store import Database
+
+POSTGRES_ADMIN_DSN = os.environ.get("FLEET_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _async_url(dsn: str, database: str) -> str:
+    base = dsn.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://", 1)
+    return f"{base}/{database}"
+
+
+async def _admin(*statements: str) -> None:
+    connection = await asyncpg.connect(POSTGRES_ADMIN_DSN, timeout=5)
+    try:
+        for statement in statements:
+            await connection.execute(statement)
+    finally:
+        await connection.close()
+
+
+class PostgresDatabases:
+    def __init__(self) -> None:
+        self.prefix = f"fleet_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        self.template = f"{self.prefix}_template"
+        self.created: list[str] = []
+        self._ready = False
+
+    def _prepare_template(self) -> None:
+        try:
+            asyncio.run(_admin(f'CREATE DATABASE "{self.template}"'))
+        except (OSError, asyncpg.PostgresError) as exc:
+            pytest.fail(
+                f"PostgreSQL at {POSTGRES_ADMIN_DSN} is not usable ({exc}); start it (.ci/run does) "
+                "or deselect these tests with -m 'not postgres'"
+            )
+        self.created.append(self.template)
+
+        async def migrate() -> None:
+            database = Database(_async_url(POSTGRES_ADMIN_DSN, self.template))
+            await database.migrate()
+            await database.dispose()
+
+        asyncio.run(migrate())
+        self._ready = True
+
+    def new_url(self) -> str:
+        if not self._ready:
+            self._prepare_template()
+        name = f"{self.prefix}_{len(self.created)}"
+        asyncio.run(_admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"'))
+        self.created.append(name)
+        return _async_url(POSTGRES_ADMIN_DSN, name)
+
+    def drop(self, url: str) -> None:
+        name = url.rsplit("/", 1)[1]
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        self.created.remove(name)
+
+    def drop_all(self) -> None:
+        if self.created:
+            asyncio.run(_admin(*(f'DROP DATABASE IF EXISTS "{n}" WITH (FORCE)' for n in reversed(self.created))))
+            self.created.clear()
+
+
+@pytest.fixture(scope="session")
+def postgres_databases() -> Iterator[PostgresDatabases]:
+    databases = PostgresDatabases()
+    yield databases
+    databases.drop_all()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database URL on each backend (PostgreSQL ones come already migrated)."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}"
+        return
+    databases: PostgresDatabases = request.getfixturevalue("postgres_databases")
+    url = databases.new_url()
+    yield url
+    databases.drop(url)

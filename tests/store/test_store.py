@@ -1,0 +1,180 @@
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+
+from fleet_rlm.engine.events import Event, EventType
+from fleet_rlm.store import Conflict, FileChanges, FileRecord, Invalid, NotFound, Store
+
+pytestmark = pytest.mark.anyio
+
+
+def event(turn_id: str, seq: int, type: EventType = EventType.OUTPUT, **data: object) -> Event:
+    return Event(
+        type=type, seq=seq, turn_id=turn_id, ts=1000.0 + seq, span_id="span_root", parent_span_id=None, data=data
+    )
+
+
+def artifact(path: str, sha: str = "a" * 64) -> FileRecord:
+    return FileRecord(path=path, size=3, sha256=sha, media_type="text/csv", origin="artifact")
+
+
+async def test_session_is_found_by_id_or_name_and_names_are_unique(store: Store) -> None:
+    created = await store.create_session(name="sales-q3", title="Q3", settings={"max_iterations": 5})
+    assert (await store.get_session(created.id)).name == "sales-q3"
+    assert (await store.get_session("sales-q3")).id == created.id
+    assert created.created_at.tzinfo is not None
+    with pytest.raises(Conflict) as taken:
+        await store.create_session(name="sales-q3")
+    assert taken.value.code == "session_name_taken"
+    with pytest.raises(NotFound) as missing:
+        await store.get_session("nope")
+    assert missing.value.code == "session_not_found"
+
+
+@pytest.mark.parametrize("name", ["", "../x", "a b", "ses_looks_like_an_id", "x" * 65])
+async def test_bad_session_name_is_refused(store: Store, name: str) -> None:
+    with pytest.raises(Invalid, match="session name"):
+        await store.create_session(name=name)
+
+
+async def test_update_renames_and_lists_most_recent_first(store: Store) -> None:
+    first = await store.create_session(name="one")
+    second = await store.create_session(name="two")
+    await store.update_session(first.id, title="renamed", name="uno")
+    listed = await store.list_sessions()
+    assert [s.id for s in listed] == [first.id, second.id]
+    assert listed[0].title == "renamed" and listed[0].name == "uno"
+    with pytest.raises(Conflict):
+        await store.update_session("uno", name="two")
+    with pytest.raises(Invalid, match="'id' cannot be changed"):
+        await store.update_session("uno", id="x")
+
+
+async def test_turn_positions_grow_and_only_one_turn_is_active(store: Store) -> None:
+    session = await store.create_session()
+    first, created = await store.create_turn(session.id, "hello")
+    assert created and first.status == "queued" and first.position == 1
+    with pytest.raises(Conflict) as busy:
+        await store.create_turn(session.id, "again")
+    assert busy.value.code == "turn_in_progress"
+    assert await store.mark_running(first.id)
+    await store.finish_turn(first.id, status="completed", answer="hi", events=[event(first.id, 1)])
+    second, _ = await store.create_turn(session.id, "again")
+    assert second.position == 2
+    assert [t.message for t in await store.history(session.id)] == ["hello"]
+
+
+async def test_concurrent_turn_requests_create_exactly_one(store: Store) -> None:
+    session = await store.create_session()
+    results = await asyncio.gather(*(store.create_turn(session.id, f"m{i}") for i in range(6)), return_exceptions=True)
+    created = [r for r in results if isinstance(r, tuple)]
+    refused = [r for r in results if isinstance(r, Conflict)]
+    assert len(created) == 1 and len(refused) == 5
+
+
+async def test_idempotency_key_returns_the_first_turn(store: Store) -> None:
+    session = await store.create_session()
+    turn, created = await store.create_turn(session.id, "hello", idempotency_key="k1")
+    again, created_again = await store.create_turn(session.id, "hello", idempotency_key="k1")
+    assert created and not created_again and again.id == turn.id
+    with pytest.raises(Invalid) as reused:
+        await store.create_turn(session.id, "something else", idempotency_key="k1")
+    assert reused.value.code == "idempotency_key_reused"
+
+
+async def test_finish_commits_status_events_and_files_together(store: Store) -> None:
+    session = await store.create_session()
+    turn, _ = await store.create_turn(session.id, "make a csv")
+    await store.mark_running(turn.id)
+    await store.append_events([event(turn.id, 1, EventType.TURN_STARTED), event(turn.id, 2)])
+    done = await store.finish_turn(
+        turn.id,
+        status="completed",
+        answer="done",
+        usage={"model_calls": 2},
+        artifacts=[{"path": "artifacts/out.csv", "size": 3, "sha256": "a" * 64}],
+        events=[event(turn.id, 3, EventType.TURN_COMPLETED, answer="done")],
+        files=FileChanges(upserts=[artifact("artifacts/out.csv")]),
+    )
+    assert done.status == "completed" and done.finished_at is not None
+    stored = await store.get_turn(turn.id)
+    assert stored.answer == "done" and stored.usage == {"model_calls": 2}
+    assert [e.seq for e in await store.events_after(turn.id)] == [1, 2, 3]
+    assert [e.seq for e in await store.events_after(turn.id, 1, limit=1)] == [2]
+    files = await store.list_files(session.id)
+    assert [(f.path, f.origin, f.turn_id) for f in files] == [("artifacts/out.csv", "artifact", turn.id)]
+
+
+async def test_a_failing_finish_commits_nothing(store: Store) -> None:
+    session = await store.create_session()
+    turn, _ = await store.create_turn(session.id, "x")
+    await store.mark_running(turn.id)
+    bad = FileRecord(path="artifacts/a", size=1, sha256="b" * 64, media_type="x", origin="nonsense")
+    with pytest.raises(Invalid):
+        await store.finish_turn(
+            turn.id,
+            status="completed",
+            answer="half",
+            events=[event(turn.id, 1, EventType.TURN_COMPLETED)],
+            files=FileChanges(upserts=[artifact("artifacts/ok.csv"), bad]),
+        )
+    stored = await store.get_turn(turn.id)
+    assert stored.status == "running" and stored.answer is None
+    assert await store.events_after(turn.id) == []
+    assert await store.list_files(session.id) == []
+
+
+async def test_interrupted_turn_gets_a_terminal_event_and_cannot_be_finished_later(store: Store) -> None:
+    session = await store.create_session()
+    turn, _ = await store.create_turn(session.id, "x", runner="host:1:abc")
+    await store.mark_running(turn.id)
+    await store.append_events([event(turn.id, 1, EventType.TURN_STARTED), event(turn.id, 2)])
+    interrupted = await store.interrupt_turns(lambda t: t.runner == "host:1:abc", "the server died")
+    assert [t.id for t in interrupted] == [turn.id]
+    events = await store.events_after(turn.id)
+    assert [(e.seq, e.type) for e in events][-1] == (3, EventType.TURN_INTERRUPTED)
+    assert events[-1].data == {"reason": "the server died"} and events[-1].span_id == "span_root"
+    assert (await store.get_turn(turn.id)).status == "interrupted"
+    with pytest.raises(Conflict) as late:
+        await store.finish_turn(turn.id, status="completed", answer="too late")
+    assert late.value.code == "turn_not_active"
+    # The session is usable again.
+    assert (await store.create_turn(session.id, "next"))[1]
+
+
+async def test_deleting_a_session_removes_its_turns_and_files_but_not_while_busy(store: Store) -> None:
+    session = await store.create_session(name="gone")
+    turn, _ = await store.create_turn(session.id, "x")
+    await store.put_file(session.id, FileRecord("files/a.csv", 3, "c" * 64, "text/csv", "upload"))
+    with pytest.raises(Conflict) as busy:
+        await store.delete_session("gone")
+    assert busy.value.code == "session_busy"
+    await store.finish_turn(turn.id, status="cancelled", events=[event(turn.id, 1, EventType.TURN_CANCELLED)])
+    await store.delete_session("gone")
+    with pytest.raises(NotFound):
+        await store.get_turn(turn.id)
+    assert await store.list_files(session.id) == []
+    assert await store.events_after(turn.id) == []
+
+
+async def test_files_are_replaced_in_place_and_deleted(store: Store) -> None:
+    session = await store.create_session()
+    await store.put_file(session.id, FileRecord("files/a.csv", 3, "c" * 64, "text/csv", "upload"))
+    before = await store.get_file(session.id, "files/a.csv")
+    replaced = await store.put_file(session.id, FileRecord("files/a.csv", 5, "d" * 64, "text/csv", "upload"))
+    assert replaced.sha256 == "d" * 64 and replaced.created_at == before.created_at
+    assert await store.referenced_blobs(session.id) == {"d" * 64}
+    await store.delete_file(session.id, "files/a.csv")
+    with pytest.raises(NotFound) as missing:
+        await store.get_file(session.id, "files/a.csv")
+    assert missing.value.code == "file_not_found"
+
+
+async def test_timestamps_are_utc_aware(store: Store) -> None:
+    session = await store.create_session()
+    assert session.updated_at.tzinfo is not None
+    fetched = await store.get_session(session.id)
+    assert fetched.created_at.utcoffset() == dt.timedelta(0)
