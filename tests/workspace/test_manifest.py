@@ -242,13 +242,12 @@ def test_symlinks_outside_are_left_out_and_fifos_do_not_block(ws: Workspace, tmp
     assert "host secret" not in render_manifest(manifest)
 
 
-def test_sha256_is_cached_by_path_size_and_mtime(ws: Workspace) -> None:
-    path = ws.files_dir / "data.txt"
+def test_sha256_is_cached_by_path_size_and_mtime(tmp_path: Path) -> None:
+    path = tmp_path / "data.txt"
     path.write_bytes(b"version one\n")
     cache = DigestCache()
 
-    first = build_manifest(ws, cache=cache)[0]
-    second = build_manifest(ws, cache=cache)[0]
+    first, second = cache.digest(path), cache.digest(path)
 
     assert first.sha256 == second.sha256 == hashlib.sha256(b"version one\n").hexdigest()
     assert (cache.misses, cache.hits) == (1, 1)
@@ -257,12 +256,47 @@ def test_sha256_is_cached_by_path_size_and_mtime(ws: Workspace) -> None:
     stat = path.stat()
     path.write_bytes(b"version two\n")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert build_manifest(ws, cache=cache)[0].sha256 == first.sha256
+    assert cache.digest(path).sha256 == first.sha256
 
     # A new mtime makes it hash again.
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
-    assert build_manifest(ws, cache=cache)[0].sha256 == hashlib.sha256(b"version two\n").hexdigest()
+    assert cache.digest(path).sha256 == hashlib.sha256(b"version two\n").hexdigest()
     assert cache.misses == 2
+
+
+def test_a_file_written_while_hashed_is_not_cached(tmp_path: Path) -> None:
+    path = tmp_path / "growing.log"
+    path.write_text("a\n")
+    cache = DigestCache()
+
+    def hash_while_appending() -> str:
+        with path.open("a") as f:
+            f.write("b\n")
+        return "digest of a moving target"
+
+    assert cache.remember(path, "sha256", hash_while_appending) == "digest of a moving target"
+    assert cache.digest(path).sha256 == hashlib.sha256(b"a\nb\n").hexdigest()
+
+
+def test_repeated_manifest_of_unchanged_files_reads_nothing_again(ws: Workspace) -> None:
+    write_sales_csv(ws.files_dir / "sales.csv", 50_000)
+    ws.write_bytes("files/notes.txt", b"version one\n")
+    cache = DigestCache()
+    first = build_manifest(ws, cache=cache)
+    misses = cache.misses
+
+    notes = ws.files_dir / "notes.txt"
+    stat = notes.stat()
+    notes.write_bytes(b"version two\n")  # same size; mtime restored: looks unchanged
+    os.utime(notes, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    second = build_manifest(ws, cache=cache)
+
+    assert second == first
+    assert cache.misses == misses
+    os.utime(notes, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    third = {e.path: e for e in build_manifest(ws, cache=cache)}
+    assert third["files/notes.txt"].preview == TextPreview("version two\n", "", 0, 1)
+    assert third["files/notes.txt"].sha256 == hashlib.sha256(b"version two\n").hexdigest()
 
 
 def test_max_entries_leaves_files_out_and_says_so(ws: Workspace) -> None:

@@ -68,8 +68,8 @@ def build_manifest(
 ) -> Manifest:
     """Entries for the workspace's files, inputs (``files/``) first; at most ``max_entries``.
 
-    Reads each file's head and tail for its kind and preview, and hashes it by streaming unless
-    ``cache`` (default: the process-wide one) already knows it unchanged.
+    Reads each file's head and tail for its kind and preview and hashes it by streaming, unless
+    ``cache`` (default: the process-wide one) has seen this version of the file already.
     """
     if preview_chars < 1 or preview_rows < 0 or max_entries < 0:
         raise ValueError(
@@ -93,15 +93,19 @@ def build_manifest(
     return Manifest(entries, left_out)
 
 
-def _entry(file: WorkspaceFile, digests: DigestCache, preview_chars: int, preview_rows: int) -> ManifestEntry | None:
-    try:
-        sample = read_sample(file.path, max(HEAD_SAMPLE_BYTES, preview_chars * 4), max(preview_chars * 4, 4096))
+def _entry(file: WorkspaceFile, cache: DigestCache, preview_chars: int, preview_rows: int) -> ManifestEntry | None:
+    def compute() -> ManifestEntry:
+        head_bytes, tail_bytes = max(HEAD_SAMPLE_BYTES, preview_chars * 4), max(preview_chars * 4, 4096)
+        sample = read_sample(file.path, head_bytes, tail_bytes)
         kind = detect_kind(file.rel, sample.head, sample.tail, head_is_whole_file=sample.whole)
-        digest = digests.digest(file.path)
+        digest = cache.digest(file.path)
         preview = build_preview(kind, file.path, sample, digest, preview_chars=preview_chars, preview_rows=preview_rows)
+        return ManifestEntry(file.rel, sample.size, file.mtime_ns, digest.sha256, kind, preview)
+
+    try:
+        return cache.remember(file.path, ("manifest entry", file.rel, preview_chars, preview_rows), compute)
     except OSError:  # vanished or unreadable while we looked: leave it out
         return None
-    return ManifestEntry(file.rel, sample.size, file.mtime_ns, digest.sha256, kind, preview)
 
 
 def manifest_to_json(entries: Sequence[ManifestEntry]) -> dict[str, Any]:

@@ -7,7 +7,6 @@ result is checked again after following symlinks.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path, PurePosixPath
 
 
@@ -55,8 +54,3 @@ def resolve_inside(root: Path, rel: str) -> Path:
     if not resolved.is_relative_to(base):
         raise PathEscapeError(rel, "the path resolves outside the workspace (through a symlink)")
     return resolved
-
-
-def relative_posix(root: Path, path: Path) -> str:
-    """``path`` relative to ``root`` with ``/`` separators, e.g. ``"files/sales.csv"``."""
-    return PurePosixPath(os.path.relpath(path, root)).as_posix()
