@@ -1,0 +1,1 @@
+"""Sandboxes: where model-written code runs. The seam is in ``base``; the ``local`` backend in ``local``."""

@@ -1,0 +1,331 @@
+"""How a worker process is launched: inside bubblewrap (isolated) or as a plain subprocess.
+
+Isolation when the host is root: bwrap runs privileged without a user namespace, keeps only
+CAP_SETUID/CAP_SETGID, and the worker drops to a per-sandbox uid first thing, so the process
+limit (RLIMIT_NPROC, not enforced for uid 0) applies to the sandbox alone. When the host is not
+root, bwrap runs unprivileged as the user (with its own user namespace) and the process limit is
+raised by the user's current task count. Either way the sandbox sees a fresh tmpfs root holding
+only read-only system directories and the Python installation, the workspace at
+``/workspace`` (writable, the working directory), a private ``/tmp`` and an empty environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import resource
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleet_rlm.sandbox.base import SandboxLimits
+
+WORKSPACE_MOUNT = "/workspace"
+WORKER_MOUNT = "/opt/fleet/worker.py"
+WORKER_SOURCE = Path(__file__).with_name("worker.py")
+# System directories the interpreter and ordinary tools need, bound read-only when they exist.
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime")
+NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
+SANDBOX_UID_BASE = 200_000
+SANDBOX_UID_SPAN = 1_000_000
+PIPE_SIZE = 1 << 20
+
+
+@dataclass(frozen=True)
+class PythonRuntime:
+    """The interpreter a worker runs on and the directories it needs (its prefixes)."""
+
+    executable: str
+    prefixes: tuple[str, ...]
+
+    @classmethod
+    def current(cls) -> PythonRuntime:
+        return cls.of(sys.executable, (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix))
+
+    @classmethod
+    def probe(cls, executable: str) -> PythonRuntime:
+        """Ask another interpreter where it lives (one short subprocess)."""
+        script = "import sys; print(sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, sep='\\n')"
+        try:
+            found = subprocess.run(
+                [executable, "-I", "-c", script], capture_output=True, text=True, timeout=30, check=True
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ValueError(f"python executable {executable!r} cannot be used for sandboxes: {exc}") from exc
+        return cls.of(executable, tuple(found.stdout.split("\n")[:4]))
+
+    @classmethod
+    def of(cls, executable: str, prefixes: tuple[str, ...]) -> PythonRuntime:
+        real_bin_dir = os.path.dirname(os.path.realpath(executable))
+        dirs = {os.path.abspath(p) for p in (*prefixes, os.path.dirname(real_bin_dir)) if p}
+        return cls(os.path.abspath(executable), tuple(sorted(dirs)))
+
+
+@dataclass
+class LaunchedWorker:
+    """A started worker: its process, the host ends of its pipes, and its sandbox uid if any."""
+
+    process: subprocess.Popen[bytes]
+    command_fd: int
+    reply_fd: int
+    stdout_fd: int
+    stderr_fd: int
+    uid: int | None = None
+    release: Callable[[], None] = field(default_factory=lambda: _nothing)
+
+
+def _nothing() -> None:
+    return None
+
+
+class Launcher:
+    """Starts workers for one way of running them; ``isolated`` says whether it is a real sandbox."""
+
+    isolated = False
+
+    def __init__(self, runtime: PythonRuntime) -> None:
+        self.runtime = runtime
+
+    def launch(self, workspace: Path, limits: SandboxLimits) -> LaunchedWorker:
+        raise NotImplementedError
+
+    def environment(self, home: str) -> dict[str, str]:
+        python_bin = os.path.dirname(self.runtime.executable)
+        return {
+            "PATH": f"{python_bin}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": home,
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+
+    def _spawn(
+        self,
+        argv: list[str],
+        worker_args: list[str],
+        env: dict[str, str],
+        cwd: str,
+        preexec: Callable[[], None],
+    ) -> LaunchedWorker:
+        command_r, command_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        stderr_r, stderr_w = os.pipe()
+        for fd in (command_w, reply_w, stdout_w):
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        try:
+            process = subprocess.Popen(
+                [*argv, f"cmd_fd={command_r}", f"reply_fd={reply_w}", *worker_args],
+                stdin=subprocess.DEVNULL,
+                stdout=stdout_w,
+                stderr=stderr_w,
+                pass_fds=(command_r, reply_w),
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=preexec,
+            )
+        except OSError:
+            for fd in (command_r, command_w, reply_r, reply_w, stdout_r, stdout_w, stderr_r, stderr_w):
+                os.close(fd)
+            raise
+        for fd in (command_r, reply_w, stdout_w, stderr_w):
+            os.close(fd)
+        return LaunchedWorker(process, command_w, reply_r, stdout_r, stderr_r)
+
+
+class UnisolatedLauncher(Launcher):
+    """The worker as a plain subprocess of the host with an empty environment: NO isolation."""
+
+    isolated = False
+
+    def launch(self, workspace: Path, limits: SandboxLimits) -> LaunchedWorker:
+        nproc = limits.max_processes + (user_task_count() if os.getuid() != 0 else 0)
+        argv = [self.runtime.executable, "-I", str(WORKER_SOURCE)]
+        worker_args = [*limit_arguments(limits), f"workdir={workspace}"]
+        return self._spawn(argv, worker_args, self.environment(str(workspace)), str(workspace), rlimits(limits, nproc))
+
+
+class BubblewrapLauncher(Launcher):
+    """The worker inside bubblewrap namespaces with only the workspace writable."""
+
+    isolated = True
+
+    def __init__(self, runtime: PythonRuntime, bwrap: str) -> None:
+        super().__init__(runtime)
+        self.bwrap = bwrap
+        self.privileged = os.getuid() == 0
+
+    def launch(self, workspace: Path, limits: SandboxLimits) -> LaunchedWorker:
+        worker_args = [*limit_arguments(limits), f"workdir={WORKSPACE_MOUNT}"]
+        uid: int | None = None
+        if self.privileged:
+            uid = _uids.allocate()
+            worker_args += [f"uid={uid}", f"gid={uid}"]
+            nproc = limits.max_processes
+        else:
+            nproc = limits.max_processes + user_task_count()
+        argv = [*self.bwrap_arguments(workspace), self.runtime.executable, "-I", WORKER_MOUNT]
+        try:
+            launched = self._spawn(argv, worker_args, {}, "/", rlimits(limits, nproc))
+        except BaseException:
+            if uid is not None:
+                _uids.release(uid)
+            raise
+        if uid is not None:
+            launched.uid = uid
+            launched.release = lambda: _uids.release(uid)
+        return launched
+
+    def bwrap_arguments(self, workspace: Path) -> list[str]:
+        mounts = MountPlan()
+        for path in SYSTEM_PATHS:
+            mounts.system(path)
+        for path in SYSTEM_FILES:
+            if os.path.exists(path):
+                mounts.read_only(path, path)
+        mounts.special(["--proc", "/proc"], "/proc")
+        mounts.special(["--dev", "/dev"], "/dev")
+        mounts.special(["--perms", "01777", "--tmpfs", "/tmp"], "/tmp")
+        for prefix in self.runtime.prefixes:
+            mounts.read_only(prefix, prefix)
+        mounts.read_only(str(WORKER_SOURCE), WORKER_MOUNT)
+        mounts.special(["--bind", str(workspace), WORKSPACE_MOUNT], WORKSPACE_MOUNT)
+        args = [self.bwrap, *NAMESPACES, "--die-with-parent", "--new-session", "--clearenv"]
+        for name, value in self.environment("/tmp").items():
+            args += ["--setenv", name, value]
+        # The worker enters the workspace itself at its first execution: the host gives the sandbox uid
+        # the workspace while the worker boots, so it may not be enterable yet.
+        args += [*mounts.arguments(), "--chdir", "/tmp"]
+        if self.privileged:
+            args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        return args
+
+
+class MountPlan:
+    """bwrap mount arguments on a fresh tmpfs root. Parent directories are made explicitly with
+    mode 0755 (bwrap would make them 0700, which the sandbox uid could not traverse)."""
+
+    def __init__(self) -> None:
+        self._args: list[str] = ["--tmpfs", "/"]
+        self._made: set[str] = {"/"}
+        self._bound: list[str] = []
+
+    def system(self, path: str) -> None:
+        if os.path.islink(path):  # merged /usr: /bin -> usr/bin
+            self._args += ["--symlink", os.readlink(path), path]
+            self._made.add(path)
+        elif os.path.isdir(path):
+            self.read_only(path, path)
+
+    def special(self, arguments: list[str], destination: str) -> None:
+        """A mount bwrap makes itself (proc, dev, tmpfs, the writable workspace)."""
+        self._parents(destination)
+        self._args += arguments
+        self._made.add(destination)
+
+    def read_only(self, source: str, destination: str) -> None:
+        if any(destination == bound or destination.startswith(bound + "/") for bound in self._bound):
+            return
+        self._parents(destination)
+        self._args += ["--ro-bind", source, destination]
+        self._bound.append(destination)
+
+    def _parents(self, destination: str) -> None:
+        parts = Path(destination).parent.parts[1:]
+        for depth in range(1, len(parts) + 1):
+            directory = "/" + "/".join(parts[:depth])
+            if directory not in self._made:
+                self._args += ["--perms", "0755", "--dir", directory]
+                self._made.add(directory)
+
+    def arguments(self) -> list[str]:
+        return list(self._args)
+
+
+def limit_arguments(limits: SandboxLimits) -> list[str]:
+    """Limits the worker quotes in error hints."""
+    return [
+        f"memory_mb={limits.memory_mb}",
+        f"max_processes={limits.max_processes}",
+        f"max_file_size_mb={limits.max_file_size_mb}",
+    ]
+
+
+def rlimits(limits: SandboxLimits, nproc: int) -> Callable[[], None]:
+    """The preexec function that sets the sandbox's resource limits in the child before exec."""
+    memory = limits.memory_mb * 1024 * 1024
+    file_size = limits.max_file_size_mb * 1024 * 1024
+    cpu = limits.cpu_seconds
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+def user_task_count() -> int:
+    """Tasks (processes and threads) the current user runs: what RLIMIT_NPROC counts."""
+    uid, count = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if entry.stat().st_uid == uid:
+                stat = Path(entry.path, "stat").read_text()
+                count += int(stat.rsplit(")", 1)[1].split()[17])
+    return count
+
+
+def chown_tree(root: Path, uid: int) -> None:
+    """Give the sandbox uid the workspace so its code can write there."""
+    os.lchown(root, uid, uid)
+    for directory, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            os.lchown(os.path.join(directory, name), uid, uid)
+
+
+def walk_processes_of(uid: int) -> Iterator[int]:
+    """Pids of live processes running as ``uid`` (used to verify a sandbox left nothing behind)."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    yield int(entry.name)
+
+
+class _UidPool:
+    """Random sandbox uids from a high range, never two live sandboxes of this process on one."""
+
+    def __init__(self) -> None:
+        self._live: set[int] = set()
+        self._lock = threading.Lock()
+        self._random = random.SystemRandom()
+
+    def allocate(self) -> int:
+        with self._lock:
+            while True:
+                uid = SANDBOX_UID_BASE + self._random.randrange(SANDBOX_UID_SPAN)
+                if uid not in self._live:
+                    self._live.add(uid)
+                    return uid
+
+    def release(self, uid: int) -> None:
+        with self._lock:
+            self._live.discard(uid)
+
+
+_uids = _UidPool()

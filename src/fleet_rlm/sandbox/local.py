@@ -1,0 +1,170 @@
+"""The ``local`` sandbox backend: a CPython worker per sandbox, isolated with bubblewrap."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from dspy.primitives.code_interpreter import CodeInterpreterError
+
+from fleet_rlm.config import Settings
+from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxSpec, SandboxUnavailable
+from fleet_rlm.sandbox.isolation import BubblewrapLauncher, Launcher, PythonRuntime, UnisolatedLauncher
+from fleet_rlm.sandbox.local_sandbox import DEFAULT_INTERRUPT_GRACE, LocalSandbox
+
+INSTALL_FIX = (
+    "install bubblewrap: apt-get install bubblewrap (or dnf install bubblewrap, pacman -S bubblewrap); "
+    "or set FLEET_SANDBOX_ALLOW_UNISOLATED=true to run code WITHOUT isolation"
+)
+# What the probe in check() may find in the sandbox's environment.
+SANDBOX_ENVIRONMENT = frozenset(
+    {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PWD"}
+)
+PROBE = """
+import json, os, socket
+found = {"environment": sorted(os.environ)}
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=2).close()
+    found["network"] = True
+except OSError:
+    found["network"] = False
+try:
+    open(host_file).read()
+    found["host_file"] = True
+except OSError:
+    found["host_file"] = False
+try:
+    with open("probe.txt", "w") as probe:
+        probe.write("ok")
+    os.remove("probe.txt")
+    found["workspace_writable"] = True
+except OSError:
+    found["workspace_writable"] = False
+print(json.dumps(found))
+"""
+
+
+class LocalSandboxBackend(SandboxBackend):
+    """Makes :class:`LocalSandbox` es. Refuses to run code unisolated unless explicitly allowed."""
+
+    name = "local"
+    execution_instructions = (
+        "Code runs as Python in a persistent, isolated sandbox process: there is no network access and the "
+        "environment is empty. The working directory is your workspace (read and write files there); /tmp is "
+        "private scratch space; the rest of the file system is read-only or hidden. Variables, imports and "
+        "functions persist between executions. Host tools and SUBMIT are global functions; their arguments and "
+        "results must be JSON-compatible, and they may be called from several threads at once. The value of a "
+        "trailing expression is printed, as in a Python REPL. Each execution has a time limit (long-running code "
+        "is interrupted) and very long output is cut."
+    )
+
+    def __init__(
+        self,
+        allow_unisolated: bool = False,
+        python: str | None = None,
+        *,
+        interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
+    ) -> None:
+        self.allow_unisolated = allow_unisolated
+        self.python = python
+        self.interrupt_grace = interrupt_grace
+        self._runtime: PythonRuntime | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LocalSandboxBackend:
+        return cls(allow_unisolated=settings.sandbox_allow_unisolated)
+
+    @property
+    def bwrap(self) -> str | None:
+        """bubblewrap's path, looked up on PATH each time (it may be installed while Fleet runs)."""
+        return shutil.which("bwrap")
+
+    @property
+    def isolated(self) -> bool:
+        return self.bwrap is not None
+
+    def runtime(self) -> PythonRuntime:
+        if self._runtime is None:
+            self._runtime = PythonRuntime.probe(self.python) if self.python else PythonRuntime.current()
+        return self._runtime
+
+    def launcher(self) -> Launcher:
+        """How this machine will run workers; raises SandboxUnavailable without bubblewrap."""
+        bwrap = self.bwrap
+        if bwrap is not None:
+            return BubblewrapLauncher(self.runtime(), bwrap)
+        if self.allow_unisolated:
+            return UnisolatedLauncher(self.runtime())
+        raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed, so code cannot run isolated; {INSTALL_FIX}")
+
+    def create(self, spec: SandboxSpec) -> LocalSandbox:
+        return LocalSandbox(spec, self.launcher(), interrupt_grace=self.interrupt_grace)
+
+    def check(self) -> BackendCheck:
+        """Really start a sandbox and probe its isolation (network, host files, environment)."""
+        try:
+            launcher = self.launcher()
+        except (SandboxUnavailable, ValueError) as exc:
+            return BackendCheck(False, str(exc), fix=INSTALL_FIX)
+        with tempfile.TemporaryDirectory(prefix="fleet-check-") as scratch:
+            host_file = Path(scratch, "host-secret.txt")
+            host_file.write_text("not for the sandbox")
+            workspace = Path(scratch, "workspace")
+            workspace.mkdir()
+            sandbox = LocalSandbox(SandboxSpec(workspace, limits=SandboxLimits(execution_timeout=30)), launcher)
+            try:
+                started = time.monotonic()
+                sandbox.start()
+                startup_ms = (time.monotonic() - started) * 1000
+                output = sandbox.execute(PROBE, variables={"host_file": str(host_file)})
+                found = json.loads(str(output))
+            except (CodeInterpreterError, SandboxUnavailable, SyntaxError, ValueError) as exc:
+                return BackendCheck(False, f"could not run code in a local sandbox: {exc}", fix=_start_fix(launcher))
+            finally:
+                sandbox.shutdown()
+        if not launcher.isolated:
+            return BackendCheck(
+                True,
+                "bubblewrap is not installed: sandboxes run WITHOUT isolation "
+                "(allowed by FLEET_SANDBOX_ALLOW_UNISOLATED)",
+                fix=INSTALL_FIX,
+            )
+        return _judge(found, startup_ms)
+
+
+def _judge(found: dict[str, object], startup_ms: float) -> BackendCheck:
+    environment = found.get("environment")
+    leaked = sorted(
+        name for name in (environment if isinstance(environment, list) else []) if name not in SANDBOX_ENVIRONMENT
+    )
+    problems = []
+    if found.get("network"):
+        problems.append("the network is reachable")
+    if found.get("host_file"):
+        problems.append("host files outside the workspace are readable")
+    if leaked:
+        problems.append(f"environment variables leak in: {', '.join(leaked)}")
+    if not found.get("workspace_writable"):
+        problems.append("the workspace is not writable")
+    if problems:
+        return BackendCheck(False, "local sandbox isolation is incomplete: " + "; ".join(problems), fix=INSTALL_FIX)
+    return BackendCheck(
+        True,
+        "local sandbox (bubblewrap) works: no network, host files hidden, empty environment, workspace writable; "
+        f"started in {startup_ms:.0f} ms",
+    )
+
+
+def _start_fix(launcher: Launcher) -> str:
+    if not launcher.isolated:
+        return "check that the Python executable runs"
+    if os.getuid() != 0:
+        return (
+            "bubblewrap needs unprivileged user namespaces when not run as root: "
+            "sysctl kernel.unprivileged_userns_clone=1 (and on Ubuntu, allow bwrap in AppArmor)"
+        )
+    return "check that bubblewrap can create namespaces here (containers may need --privileged or a seccomp change)"

@@ -1,0 +1,328 @@
+"""A sandbox: one persistent worker process plus one workspace, driven as a DSPy ``CodeInterpreter``."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import keyword
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError, FinalOutput
+
+from fleet_rlm.sandbox.base import SandboxSpec, SandboxUnavailable
+from fleet_rlm.sandbox.isolation import WORKSPACE_MOUNT, LaunchedWorker, Launcher, chown_tree
+from fleet_rlm.sandbox.output import CappedText, OutputPump
+from fleet_rlm.sandbox.protocol import decode_message, execute_message, write_all
+from fleet_rlm.sandbox.tool_calls import check_tool_names, run_tool_call
+from fleet_rlm.sandbox.variables import VariableCache
+
+DEFAULT_INTERRUPT_GRACE = 2.0
+DEFAULT_START_TIMEOUT = 30.0
+_CLOSED = object()  # the worker's reply pipe ended
+_CANCELLED = object()  # interrupt() was called
+_SIGNALS = {int(signum): signum.name for signum in (signal.SIGKILL, signal.SIGXCPU, signal.SIGSEGV, signal.SIGXFSZ)}
+
+
+class SandboxStartError(SandboxUnavailable, CodeInterpreterError):  # type: ignore[misc]
+    """The worker did not come up; the message carries what it printed."""
+
+
+class LocalSandbox:
+    """One worker process (isolated by its launcher) and its workspace.
+
+    Implements DSPy's ``CodeInterpreter`` protocol: ``tools`` and ``output_fields`` are read at each
+    ``execute``. Errors the model can fix raise ``CodeExecutionError`` (or ``SyntaxError``); a dead,
+    stuck or cancelled worker raises ``CodeInterpreterError`` and the sandbox stays unusable.
+    """
+
+    def __init__(
+        self,
+        spec: SandboxSpec,
+        launcher: Launcher,
+        *,
+        interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+    ) -> None:
+        self.spec = spec
+        self.tools: dict[str, Callable[..., Any]] = {}
+        self.output_fields: list[dict[str, Any]] | None = None
+        self.bytes_sent = 0  # bytes written to the worker, so callers (and tests) can see what travels
+        self._launcher = launcher
+        self._interrupt_grace = interrupt_grace
+        self._start_timeout = start_timeout
+        self._worker: LaunchedWorker | None = None
+        self._pump: OutputPump | None = None
+        self._inbox: queue.Queue[Any] = queue.Queue()
+        self._variables = VariableCache()
+        self._execute_lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._kill_lock = threading.Lock()
+        self._execution = 0
+        self._ended: str | None = None  # why the sandbox can no longer be used
+        self._killed = False
+
+    @property
+    def isolated(self) -> bool:
+        return self._launcher.isolated
+
+    @property
+    def workspace_path(self) -> str:
+        """The workspace's path as code in the sandbox sees it (also its working directory)."""
+        return WORKSPACE_MOUNT if self._launcher.isolated else str(self.spec.workspace.resolve())
+
+    @property
+    def worker_uid(self) -> int | None:
+        """The uid the sandbox runs as, when it has one of its own."""
+        return self._worker.uid if self._worker else None
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The host pid of the launched process (bwrap when isolated)."""
+        return self._worker.process.pid if self._worker else None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._start_lock:
+            self._check_usable()
+            if self._worker is not None:
+                return
+            workspace = self.spec.workspace
+            if not workspace.is_dir():
+                raise SandboxUnavailable(f"sandbox workspace {workspace} is not a directory")
+            try:
+                worker = self._launcher.launch(workspace.resolve(), self.spec.limits)
+            except OSError as exc:
+                raise SandboxStartError(f"could not start the sandbox worker: {exc}") from exc
+            self._worker = worker
+            self._pump = OutputPump(
+                worker.stdout_fd, worker.stderr_fd, self.spec.observer, self.spec.limits.max_output_chars
+            )
+            threading.Thread(target=self._read_replies, args=(worker.reply_fd,), daemon=True).start()
+            if self._ended:  # cancelled while launching
+                self._kill()
+                self._check_usable()
+            if worker.uid is not None:
+                chown_tree(workspace, worker.uid)  # while the worker boots
+            message = self._next_message(time.monotonic() + self._start_timeout)
+            if isinstance(message, dict) and message["type"] == "ready":
+                self._pump.ready()
+                return
+            if message is _CANCELLED:
+                self._check_usable()
+            detail = self._pump.startup_text().strip() or "no output"
+            status = self._exit_status()
+            self._end(f"the sandbox worker failed to start ({status}): {detail}")
+            raise SandboxStartError(self._ended)
+
+    def shutdown(self) -> None:
+        """Stop the worker and everything it started; the sandbox cannot be used afterwards."""
+        if self._ended is None:
+            self._ended = "the sandbox was shut down"
+        self._kill()
+
+    def interrupt(self) -> None:
+        """Cancel: kill the worker at once; an execution in flight raises CodeInterpreterError."""
+        if self._ended is None:
+            self._ended = "sandbox execution cancelled"
+        self._inbox.put(_CANCELLED)
+        self._kill()
+
+    def __enter__(self) -> LocalSandbox:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.shutdown()
+
+    # -- execution --------------------------------------------------------------------------------
+
+    def __call__(self, code: str, variables: dict[str, Any] | None = None) -> Any:
+        return self.execute(code, variables)
+
+    def execute(self, code: str, variables: dict[str, Any] | None = None) -> Any:
+        if not self._execute_lock.acquire(blocking=False):
+            raise CodeInterpreterError("the sandbox already has an active execution")
+        try:
+            return self._execute(code, variables or {})
+        finally:
+            self._execute_lock.release()
+
+    def _execute(self, code: str, variables: dict[str, Any]) -> Any:
+        if not isinstance(code, str):
+            raise CodeInterpreterError(f"code must be a string, not {type(code).__name__}")
+        if not isinstance(variables, dict):
+            raise CodeInterpreterError(f"variables must be a dict, not {type(variables).__name__}")
+        tools = dict(self.tools)
+        check_tool_names(tools)
+        check_output_fields(self.output_fields)
+        plan = self._variables.plan(variables, set(tools))
+        self.start()
+        self._execution += 1
+        timeout = self.spec.limits.execution_timeout
+        header = {
+            "type": "execute",
+            "execution": self._execution,
+            "code": code,
+            "tools": list(tools),
+            "output_fields": self.output_fields,
+            "timeout": timeout,
+        }
+        message = execute_message(header, plan)
+        assert self._pump is not None
+        self._pump.begin()
+        self._send(message)
+        self._variables.commit(plan)
+        reply = self._await_result(self._execution, tools, time.monotonic() + timeout + self._interrupt_grace)
+        output = self._pump.finish()
+        return self._outcome(reply, output, timeout)
+
+    def _await_result(self, execution: int, tools: dict[str, Callable[..., Any]], deadline: float) -> dict[str, Any]:
+        while True:
+            message = self._next_message(deadline)
+            if message is None:
+                timeout = self.spec.limits.execution_timeout
+                self._fail(
+                    f"execution exceeded the {timeout:g}s timeout and did not stop when interrupted; "
+                    "the sandbox worker was stopped"
+                )
+            if not isinstance(message, dict):
+                self._fail(self._ended if message is _CANCELLED and self._ended else self._death_reason())
+            kind = message["type"]
+            if kind == "tool_call":
+                context = contextvars.copy_context()
+                threading.Thread(target=context.run, args=(self._serve_tool, tools, message), daemon=True).start()
+            elif kind == "result" and message.get("execution") == execution:
+                return message
+            elif kind == "fatal":
+                self._fail(f"the sandbox worker failed: {message.get('error')}")
+
+    def _serve_tool(self, tools: dict[str, Callable[..., Any]], request: dict[str, Any]) -> None:
+        reply = run_tool_call(tools, request, self.spec.observer)
+        with contextlib.suppress(CodeInterpreterError):  # the worker is gone; execute() reports that
+            self._send(reply)
+
+    def _outcome(self, reply: dict[str, Any], output: CappedText, timeout: float) -> Any:
+        status = reply.get("status")
+        text = output.result()
+        printed = f"{text}\n" if text else ""
+        if status == "ok":
+            return text
+        if status == "final":
+            return FinalOutput(reply.get("value"))
+        if status == "syntax":
+            raise SyntaxError(reply.get("error"))
+        if status == "timeout":
+            raise CodeExecutionError(f"{printed}execution exceeded the {timeout:g}s timeout and was interrupted")
+        if status == "error":
+            raise CodeExecutionError(f"{printed}{reply.get('error')}")
+        self._fail(f"the sandbox worker sent an unknown result: {reply!r}")
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _send(self, data: bytes) -> None:
+        with self._send_lock:
+            worker = self._worker
+            if worker is None or worker.command_fd < 0:
+                self._fail(self._ended or "the sandbox worker is not running")
+            try:
+                write_all(worker.command_fd, data)
+            except OSError:
+                self._fail(self._ended or self._death_reason())
+            self.bytes_sent += len(data)
+
+    def _read_replies(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as stream:
+            try:
+                for line in stream:
+                    self._inbox.put(decode_message(line))
+            except (OSError, ValueError) as exc:
+                self._inbox.put({"type": "fatal", "error": f"unreadable reply: {exc}"})
+        self._inbox.put(_CLOSED)
+
+    def _next_message(self, deadline: float) -> Any:
+        """The next message from the worker, _CLOSED/_CANCELLED, or None at the deadline."""
+        try:
+            return self._inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return None
+
+    def _check_usable(self) -> None:
+        if self._ended:
+            raise CodeInterpreterError(self._ended)
+
+    def _end(self, reason: str) -> None:
+        if self._ended is None:
+            self._ended = reason
+        self._kill()
+
+    def _fail(self, reason: str) -> NoReturn:
+        self._end(reason)
+        raise CodeInterpreterError(reason)
+
+    def _kill(self) -> None:
+        with self._kill_lock:
+            worker = self._worker
+            if worker is None or self._killed:
+                return
+            self._killed = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(worker.process.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                worker.process.kill()
+            with contextlib.suppress(Exception):
+                worker.process.wait(timeout=5)
+            with self._send_lock:
+                if worker.command_fd >= 0:
+                    os.close(worker.command_fd)
+                    worker.command_fd = -1
+            if self._pump is not None:
+                self._pump.close()
+            worker.release()
+
+    def _exit_status(self) -> str:
+        worker = self._worker
+        if worker is None:
+            return "not started"
+        try:
+            code = worker.process.wait(timeout=1)
+        except Exception:
+            return "still running"
+        signum = -code if code < 0 else code - 128 if code > 128 and self.isolated else 0
+        if signum:
+            return f"killed by {_SIGNALS.get(signum, f'signal {signum}')}"
+        return f"exit status {code}"
+
+    def _death_reason(self) -> str:
+        status = self._exit_status()
+        limits = self.spec.limits
+        hint = ""
+        if "SIGXCPU" in status:
+            hint = f"; it used up its CPU time limit of {limits.cpu_seconds}s"
+        elif "SIGKILL" in status:
+            hint = f"; it may have exceeded its memory limit of {limits.memory_mb} MB or CPU time limit"
+        return f"the sandbox worker exited unexpectedly ({status}{hint}); its state is lost"
+
+
+def check_output_fields(fields: list[dict[str, Any]] | None) -> None:
+    if fields is None:
+        return
+    if not isinstance(fields, list) or not all(isinstance(field, dict) for field in fields):
+        raise CodeInterpreterError("output_fields must be a list of dicts with a 'name'")
+    names = [field.get("name") for field in fields]
+    if any(not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) for name in names):
+        raise CodeInterpreterError(f"output field names must be Python identifiers: {names!r}")
+    if len(names) != len(set(names)):
+        raise CodeInterpreterError(f"output field names must be unique: {names!r}")
+    try:
+        json.dumps(fields)
+    except (TypeError, ValueError) as exc:
+        raise CodeInterpreterError(f"output fields must be JSON-compatible: {exc}") from exc

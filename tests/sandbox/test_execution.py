@@ -1,0 +1,125 @@
+"""Running code: results, persistent state, errors, SUBMIT and the input-variable cache."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError, FinalOutput
+
+from fleet_rlm.sandbox.local_sandbox import LocalSandbox
+
+from .helpers import RecordingObserver
+
+
+def test_output_is_returned_and_state_persists(sandbox: LocalSandbox) -> None:
+    assert sandbox.execute("x = 20\nprint('x is', x)") == "x is 20"
+    assert sandbox.execute("def double(n):\n    return 2 * n") is None
+    assert sandbox.execute("double(x) + 2") == "42"  # a trailing expression shows, as in a REPL
+    assert sandbox.isolated
+
+
+def test_runtime_error_is_recoverable_and_names_the_line(sandbox: LocalSandbox) -> None:
+    with pytest.raises(CodeExecutionError) as caught:
+        sandbox.execute("print('before')\nitems = [1]\nitems[5]")
+    message = str(caught.value)
+    assert message.startswith("before\n")  # what was printed before the failure is kept
+    assert "IndexError: list index out of range" in message
+    assert "line 3" in message and "items[5]" in message
+    assert sandbox.execute("print(items)") == "[1]"
+
+
+def test_syntax_error_is_raised_as_syntax_error(sandbox: LocalSandbox) -> None:
+    with pytest.raises(SyntaxError, match=r"line 2"):
+        sandbox.execute("a = 1\nb = = 2")
+    assert sandbox.execute("print('still fine')") == "still fine"
+
+
+def test_submit_with_typed_output_fields(sandbox: LocalSandbox) -> None:
+    sandbox.output_fields = [{"name": "answer", "type": "str"}, {"name": "count", "type": "int"}]
+    assert sandbox.execute("SUBMIT('yes', 3)") == FinalOutput({"answer": "yes", "count": 3})
+    assert sandbox.execute("SUBMIT(count=4, answer='no')") == FinalOutput({"answer": "no", "count": 4})
+    with pytest.raises(CodeExecutionError, match=r"SUBMIT is missing count; use SUBMIT\(answer, count\)"):
+        sandbox.execute("SUBMIT(answer='only')")
+    with pytest.raises(CodeExecutionError, match=r"field 'count' must be int, got str: '3'"):
+        sandbox.execute("SUBMIT('yes', '3')")
+    with pytest.raises(CodeExecutionError, match=r"unexpected extra"):
+        sandbox.execute("SUBMIT(answer='a', count=1, extra=2)")
+
+
+def test_submit_without_output_fields_takes_one_value(sandbox: LocalSandbox) -> None:
+    assert sandbox.execute("SUBMIT({'a': [1, 2]})") == FinalOutput({"output": {"a": [1, 2]}})
+
+
+def test_bad_variable_names_and_values_are_refused(sandbox: LocalSandbox) -> None:
+    with pytest.raises(CodeInterpreterError, match="invalid: \\['SUBMIT'\\]"):
+        sandbox.execute("pass", {"SUBMIT": 1})
+    with pytest.raises(CodeInterpreterError, match="variable 'data' cannot be sent to the sandbox"):
+        sandbox.execute("pass", {"data": object()})
+    assert sandbox.execute("print('ok')", {"data": [1, 2.5, None, "x"]}) == "ok"
+
+
+def test_unchanged_inputs_are_not_resent(sandbox: LocalSandbox) -> None:
+    big = "a" * 1_000_000
+    sandbox.execute("print(len(big))", {"big": big})
+    first = sandbox.bytes_sent
+    assert first > 1_000_000
+
+    assert sandbox.execute("print(len(big))", {"big": big}) == "1000000"
+    assert sandbox.bytes_sent - first < 2_000  # only the code and the variable's name travelled
+
+    # Code may rebind an input; the next execution sees the input again without it being resent.
+    sandbox.execute("big = 'reassigned'", {"big": big})
+    before = sandbox.bytes_sent
+    assert sandbox.execute("print(big[:3], len(big))", {"big": big}) == "aaa 1000000"
+    assert sandbox.bytes_sent - before < 2_000
+
+    # An equal but distinct string is recognised too; a changed one is sent.
+    before = sandbox.bytes_sent
+    sandbox.execute("pass", {"big": "a" * 1_000_000})
+    assert sandbox.bytes_sent - before < 2_000
+    sandbox.execute("pass", {"big": "b" * 1_000_000})
+    assert sandbox.bytes_sent - before > 1_000_000
+    assert sandbox.execute("print(big[:2])", {"big": "b" * 1_000_000}) == "bb"
+
+
+def test_mutable_inputs_are_compared_by_content(sandbox: LocalSandbox) -> None:
+    records = {"rows": list(range(50_000))}
+    sandbox.execute("pass", {"records": records})
+    before = sandbox.bytes_sent
+    sandbox.execute("records['rows'].clear()", {"records": records})
+    assert sandbox.bytes_sent - before < 2_000
+    # The in-sandbox mutation does not stick: every execution starts from the value the host passed.
+    assert sandbox.execute("print(len(records['rows']))", {"records": records}) == "50000"
+
+    records["rows"].append(-1)  # changed on the host: sent again
+    before = sandbox.bytes_sent
+    assert sandbox.execute("print(records['rows'][-1])", {"records": records}) == "-1"
+    assert sandbox.bytes_sent - before > 100_000
+
+
+def test_bytes_and_tuple_inputs(sandbox: LocalSandbox) -> None:
+    data = bytes(range(256))
+    assert sandbox.execute("print(type(raw).__name__, len(raw), raw[255])", {"raw": data}) == "bytes 256 255"
+    pair = ("a", 1)
+    assert sandbox.execute("print(pair)", {"pair": pair}) == "['a', 1]"  # JSON has no tuples
+
+
+def test_inputs_no_longer_passed_are_forgotten_but_stay_bound(sandbox: LocalSandbox) -> None:
+    first = "1" * 10_000
+    sandbox.execute("pass", {"first": first})
+    assert sandbox.execute("print(len(first))", {"second": "two"}) == "10000"
+    before = sandbox.bytes_sent
+    sandbox.execute("pass", {"first": first})  # forgotten by the cache, so sent again
+    assert sandbox.bytes_sent - before > 10_000
+
+
+def test_one_execution_at_a_time(sandbox: LocalSandbox, observer: RecordingObserver) -> None:
+    runner = threading.Thread(
+        target=sandbox.execute, args=("print('running', flush=True); import time; time.sleep(0.5)",)
+    )
+    runner.start()
+    assert observer.first_output.wait(5)
+    with pytest.raises(CodeInterpreterError, match="already has an active execution"):
+        sandbox.execute("pass")
+    runner.join()
