@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 CHUNK = 1024 * 1024
 
@@ -60,7 +60,7 @@ class BlobStore:
             os.replace(temp, target)
         return target
 
-    def put_stream(self, session_id: str, source: BinaryIO, limit: int | None = None) -> tuple[str, int]:
+    def put_stream(self, session_id: str, source: IO[bytes], limit: int | None = None) -> tuple[str, int]:
         """Copy ``source`` into a blob; returns (sha256, size). Raises TooLarge past ``limit`` bytes."""
         digest = hashlib.sha256()
         size = 0
@@ -84,18 +84,9 @@ class BlobStore:
         return sha, size
 
     def put_file(self, session_id: str, source: Path) -> tuple[str, int]:
-        """Store a finished file (e.g. an artifact from a torn-down sandbox); linked when possible."""
-        sha = sha256_of(source)
-        target = self.path(session_id, sha)
-        if not target.exists():
-            staged = self._staging(session_id) / f"{sha}.{os.getpid()}.tmp"
-            staged.unlink(missing_ok=True)
-            try:
-                os.link(source, staged)
-            except OSError:
-                shutil.copyfile(source, staged)
-            self._settle(session_id, staged, sha)
-        return sha, target.stat().st_size
+        """Store a copy of a finished file (e.g. an artifact of a torn-down sandbox), owned by us."""
+        with source.open("rb") as handle:
+            return self.put_stream(session_id, handle)
 
     def copy_out(self, session_id: str, sha256: str, destination: Path) -> None:
         """Write a blob's bytes to ``destination`` as an independent file (never a link: the

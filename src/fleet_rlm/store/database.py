@@ -63,8 +63,6 @@ class Database:
         self.url = parsed
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         if self.is_sqlite:
-            if parsed.database and parsed.database != ":memory:":
-                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
             self.read_engine = create_async_engine(parsed)
             self.write_engine = create_async_engine(parsed, pool_size=1, max_overflow=0, pool_timeout=60)
             for engine in (self.read_engine, self.write_engine):
@@ -96,7 +94,10 @@ class Database:
             yield session
 
     async def migrate(self) -> None:
-        """Bring the schema to the newest revision (idempotent; safe with concurrent servers on PostgreSQL)."""
+        """Bring the schema to the newest revision (idempotent; safe with concurrent servers on PostgreSQL).
+        Creates the SQLite file's directory if needed."""
+        if self.is_sqlite and self.url.database and self.url.database != ":memory:":
+            Path(self.url.database).parent.mkdir(parents=True, exist_ok=True)
         async with self.write_engine.begin() as connection:
             if not self.is_sqlite:
                 await connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID})

@@ -146,6 +146,59 @@ class Store:
     async def _touch_session(self, session: AsyncSession, session_id: str) -> None:
         await session.execute(update(SessionRow).where(SessionRow.id == session_id).values(updated_at=utcnow()))
 
+    async def restore_session(
+        self,
+        session: SessionRecord,
+        turns: Sequence[TurnRecord],
+        events: Sequence[Event],
+        files: Sequence[FileRecord],
+    ) -> SessionRecord:
+        """Insert a whole session (an import) in one transaction; ids must be fresh."""
+        if session.name is not None:
+            check_session_name(session.name)
+        for turn in turns:
+            if turn.status not in FINAL_TURN_STATUSES:
+                raise Invalid(f"turn {turn.id} is {turn.status}; only finished turns can be restored")
+        row = SessionRow(
+            id=session.id,
+            name=session.name,
+            title=session.title,
+            mode=session.mode,
+            settings=dict(session.settings),
+            created_at=session.created_at,
+            updated_at=session.updated_at,
+        )
+        try:
+            async with self.db.write() as db:
+                db.add(row)
+                await db.flush()
+                for turn in turns:
+                    db.add(
+                        TurnRow(
+                            id=turn.id,
+                            session_id=session.id,
+                            position=turn.position,
+                            message=turn.message,
+                            context_paths=list(turn.context_paths),
+                            options=dict(turn.options),
+                            status=turn.status,
+                            answer=turn.answer,
+                            error=turn.error,
+                            usage=dict(turn.usage),
+                            artifacts=list(turn.artifacts),
+                            created_at=turn.created_at or utcnow(),
+                            started_at=turn.started_at,
+                            finished_at=turn.finished_at,
+                        )
+                    )
+                await db.flush()
+                if events:
+                    await db.execute(insert(EventRow), [_event_row(e) for e in events])
+                await self._apply_file_changes(db, session.id, FileChanges(upserts=list(files)), None)
+        except IntegrityError as exc:
+            raise Conflict(f"a session named {session.name!r} already exists", code="session_name_taken") from exc
+        return SessionRecord.of(row)
+
     # Turns ------------------------------------------------------------------------------------
 
     async def _active_turn(self, session: AsyncSession, session_id: str) -> TurnRow | None:
@@ -405,4 +458,3 @@ class Store:
     async def session_ids(self) -> set[str]:
         async with self.db.read() as session:
             return set((await session.execute(select(SessionRow.id))).scalars())
-

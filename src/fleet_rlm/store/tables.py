@@ -128,7 +128,8 @@ class EventRow(Base):
     ts: Mapped[float] = mapped_column(Float)
     span_id: Mapped[str] = mapped_column(String(64))
     parent_span_id: Mapped[str | None] = mapped_column(String(64))
-    data: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+    # Plain JSON (not JSONB) keeps the text as written, so a replay is byte-identical to the live stream.
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
 class FileRow(Base):

@@ -75,7 +75,7 @@ def upgrade() -> None:
         sa.Column("ts", sa.Float(), nullable=False),
         sa.Column("span_id", sa.String(64), nullable=False),
         sa.Column("parent_span_id", sa.String(64), nullable=True),
-        sa.Column("data", JSON, nullable=False),
+        sa.Column("data", sa.JSON(), nullable=False),
         sa.ForeignKeyConstraint(["turn_id"], ["turns.id"], name="fk_events_turn_id_turns", ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("turn_id", "seq", name="pk_events"),
     )
