@@ -68,6 +68,18 @@ class Settings(BaseSettings):
     max_output_chars: int = Field(20_000, gt=0, description="Output characters kept per execution.")
     max_tokens_per_turn: int | None = Field(None, gt=0, description="Optional ceiling on model tokens per turn.")
 
+    # Child agents (spawn_agent / spawn_agents in sandbox code).
+    max_depth: int = Field(2, ge=0, description="How deep child agents may nest; 0 disables delegation.")
+    max_children_per_turn: int = Field(16, ge=0, description="Child agents one turn may start, all levels.")
+    max_concurrent_children: int = Field(4, gt=0, description="Child agents running at once per turn.")
+    child_max_iterations: int = Field(10, gt=0, description="Iteration budget of each child agent.")
+    child_timeout: float = Field(300.0, gt=0, description="Seconds a child may run; never beyond its parent.")
+    max_cost_per_turn: float | None = Field(None, gt=0, description="Ceiling on model cost per turn (needs prices).")
+    model_prices: dict[str, tuple[float, float]] = Field(
+        default_factory=dict,
+        description="Per model (as in lm_model): (input, output) price per million tokens, for max_cost_per_turn.",
+    )
+
     # Sandbox.
     sandbox_backend: Literal["local"] = "local"
     sandbox_allow_unisolated: bool = Field(
@@ -79,7 +91,7 @@ class Settings(BaseSettings):
     sandbox_cpu_seconds: int = Field(1800, gt=0)
 
     # Routing.
-    mode: Mode = "rlm"
+    mode: Mode = Field("hybrid", description="Route choice: hybrid (triage per turn), rlm, flex or direct.")
 
     # Server.
     database_url: str | None = Field(None, description="SQLAlchemy async URL; SQLite under home if unset.")
@@ -88,6 +100,9 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = None
     upload_limit_mb: int = Field(100, gt=0)
     sandbox_pool_size: int = Field(2, ge=0)
+    sse_heartbeat_seconds: float = Field(
+        15.0, gt=0, le=15.0, description="Seconds between SSE heartbeats while a turn is quiet (at most 15)."
+    )
 
     @model_validator(mode="after")
     def _home_absolute(self) -> Settings:

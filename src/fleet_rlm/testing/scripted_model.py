@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 import uuid
@@ -44,11 +45,27 @@ def fields_reply(**fields: str) -> str:
     return "\n\n".join([*parts, "[[ ## completed ## ]]"])
 
 
+_TASK_PREVIEW = re.compile(r"Variable: `task`.*?Preview:\n(\s*)```\n(.*?)\n\s*```", re.DOTALL)
+
+
+def task_of(request: dict[str, Any]) -> str | None:
+    """The ``task`` input of an RLM request (as DSPy shows it in ``variables_info``), if any."""
+    for message in request.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            match = _TASK_PREVIEW.search(content)
+            if match:
+                indent = match.group(1).strip("\n")
+                return "\n".join(line.removeprefix(indent) for line in match.group(2).splitlines()).strip()
+    return None
+
+
 @dataclass
 class ScriptedModel:
     """Queues of replies per model name, plus a record of every request received."""
 
     replies: dict[str, deque[Reply | Responder]] = field(default_factory=dict)
+    task_replies: list[tuple[str, str, deque[Reply | Responder]]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     default: Responder | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -59,12 +76,29 @@ class ScriptedModel:
             for reply in replies:
                 queue.append(Reply(text=reply) if isinstance(reply, str) else reply)
 
+    def script_for_task(self, model: str, marker: str, *replies: str | Reply | Responder) -> None:
+        """Replies for requests whose RLM ``task`` input contains ``marker``, ahead of the model's queue.
+
+        Concurrent agents (a parent and its children) share one model name; this keeps each one's
+        script apart whatever order their requests arrive in.
+        """
+        queue: deque[Reply | Responder] = deque(Reply(text=r) if isinstance(r, str) else r for r in replies)
+        with self.lock:
+            self.task_replies.append((model, marker, queue))
+
     def next_reply(self, request: dict[str, Any]) -> Reply:
         model = str(request.get("model", ""))
+        task = task_of(request)
         with self.lock:
             self.requests.append(request)
-            queue = self.replies.get(model)
-            item: Reply | Responder | None = queue.popleft() if queue else self.default
+            item: Reply | Responder | None = None
+            for rule_model, marker, task_queue in self.task_replies:
+                if rule_model == model and task is not None and marker in task and task_queue:
+                    item = task_queue.popleft()
+                    break
+            if item is None:
+                queue = self.replies.get(model)
+                item = queue.popleft() if queue else self.default
         if item is None:
             return Reply(status=500, text=f"scripted model has no reply left for model {model!r}")
         if isinstance(item, Reply):
@@ -224,6 +258,9 @@ class ScriptedModelServer:
 
     def script(self, model: str, *replies: str | Reply | Responder) -> None:
         self.model.script(model, *replies)
+
+    def script_for_task(self, model: str, marker: str, *replies: str | Reply | Responder) -> None:
+        self.model.script_for_task(model, marker, *replies)
 
     def start(self) -> ScriptedModelServer:
         self._thread.start()

@@ -1,0 +1,3 @@
+from fleet_rlm.clients.cli.app import main
+
+main()

@@ -1,0 +1,103 @@
+"""The ``fleet`` command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from fleet_rlm.clients.cli import doctor as doctor_checks
+from fleet_rlm.clients.cli.run import run_local
+from fleet_rlm.config import ConfigError, load_settings, require_model
+
+app = typer.Typer(
+    name="fleet",
+    help="Fleet RLM: answer tasks over your files with a model that writes Python in a sandbox.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+EXIT_CONFIG = 2
+
+
+def fail(message: str, code: int = EXIT_CONFIG) -> typer.Exit:
+    print(f"fleet: error: {message}", file=sys.stderr)
+    return typer.Exit(code)
+
+
+@app.command()
+def run(
+    task: Annotated[str, typer.Argument(help="What to do, in plain words.")],
+    file: Annotated[list[Path] | None, typer.Option("--file", "-f", help="Input file to copy into files/.")] = None,
+    workspace: Annotated[Path | None, typer.Option(help="Keep the workspace in this directory.")] = None,
+    context: Annotated[list[str] | None, typer.Option(help="Workspace path the turn must focus on.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print events as JSON lines.")] = False,
+    mode: Annotated[str | None, typer.Option(help="Route: hybrid, rlm, flex or direct.")] = None,
+    model: Annotated[str | None, typer.Option(help="Root model (overrides FLEET_LM_MODEL).")] = None,
+    max_iterations: Annotated[int | None, typer.Option(help="Iteration budget.")] = None,
+    max_model_calls: Annotated[int | None, typer.Option(help="Model-call budget (root + sub).")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Turn deadline in seconds.")] = None,
+) -> None:
+    """Run one task over some files and print the answer and the artifacts written."""
+    try:
+        settings = load_settings(
+            lm_model=model,
+            max_iterations=max_iterations,
+            max_model_calls=max_model_calls,
+            turn_timeout=timeout,
+            mode=mode,
+        )
+        require_model(settings)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    for path in file or []:
+        if not path.is_file():
+            raise fail(f"--file {path}: no such file")
+    code = run_local(
+        settings,
+        task,
+        files=list(file or []),
+        workspace_dir=workspace,
+        as_json=as_json,
+        context_paths=list(context or []),
+        mode=mode,
+    )
+    raise typer.Exit(code)
+
+
+@app.command()
+def doctor(
+    smoke: Annotated[
+        bool, typer.Option("--smoke", help="Also run one full turn against the built-in scripted model.")
+    ] = False,
+) -> None:
+    """Check that the configuration, the sandbox and the model endpoint work here."""
+    console = Console(highlight=False)
+    config_check, settings = doctor_checks.check_config()
+    checks = [config_check]
+    if settings is not None:
+        checks.append(doctor_checks.check_sandbox(settings))
+        checks.append(doctor_checks.check_model(settings))
+    for check in checks:
+        _print_check(console, check)
+    if smoke and settings is not None:
+        smoke_check = doctor_checks.smoke_turn(settings)
+        _print_check(console, smoke_check)
+        checks.append(smoke_check)
+    failed = [c for c in checks if not c.ok and not (c.name == "model endpoint" and smoke)]
+    raise typer.Exit(1 if failed else 0)
+
+
+def _print_check(console: Console, check: doctor_checks.Check) -> None:
+    mark = "[green]pass[/green]" if check.ok else "[red]FAIL[/red]"
+    console.print(f"{mark}  {check.name}: {check.detail}")
+    if not check.ok and check.fix:
+        console.print(f"      fix: {check.fix}")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,118 @@
+"""``fleet doctor``: is this machine ready to run Fleet? Each check prints pass/fail and the fix."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from fleet_rlm.config import ConfigError, Settings, config_files, load_settings
+from fleet_rlm.engine.events import Event, EventType
+from fleet_rlm.engine.turn import TurnRequest, build_turn, default_backend
+from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+
+
+def check_config() -> tuple[Check, Settings | None]:
+    sources = ", ".join(str(p) for p in config_files()) or "no fleet.toml found; environment and defaults"
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        return Check("configuration", False, str(exc), "fix or remove the key named above"), None
+    return Check("configuration", True, f"parsed ({sources})"), settings
+
+
+def check_sandbox(settings: Settings) -> Check:
+    try:
+        result = default_backend(settings).check()
+    except Exception as exc:
+        return Check("sandbox", False, f"{type(exc).__name__}: {exc}", "see docs/sandbox.md")
+    return Check("sandbox", result.ok, result.message, result.fix)
+
+
+def check_model(settings: Settings) -> Check:
+    if not settings.lm_model:
+        return Check("model endpoint", False, "no model configured", "set FLEET_LM_MODEL (and FLEET_LM_BASE_URL)")
+    if not settings.lm_base_url:
+        return Check("model endpoint", True, f"{settings.lm_model} via the provider's default endpoint (not probed)")
+    headers = {}
+    if settings.lm_api_key is not None:
+        headers["Authorization"] = f"Bearer {settings.lm_api_key.get_secret_value()}"
+    url = settings.lm_base_url.rstrip("/") + "/models"
+    try:
+        response = httpx.get(url, headers=headers, timeout=min(settings.lm_timeout, 10.0))
+    except httpx.HTTPError as exc:
+        return Check("model endpoint", False, f"{url}: {exc}", "check FLEET_LM_BASE_URL and that the server runs")
+    if response.status_code in (401, 403):
+        return Check(
+            "model endpoint", False, f"{url} refused the API key ({response.status_code})", "set FLEET_LM_API_KEY"
+        )
+    if response.status_code >= 500:
+        return Check("model endpoint", False, f"{url} answered {response.status_code}", "check the model server")
+    return Check("model endpoint", True, f"{url} answered {response.status_code}")
+
+
+SMOKE_CSV = "region,revenue\nnorth,10\nsouth,32\nnorth,5\n"
+SMOKE_CODE_1 = (
+    "import csv\n"
+    "rows = list(csv.DictReader(open('files/sales.csv')))\n"
+    "totals = {}\n"
+    "for r in rows:\n"
+    "    totals[r['region']] = totals.get(r['region'], 0) + int(r['revenue'])\n"
+    "print(totals)\n"
+    "print(llm_query('Say ok'))"
+)
+SMOKE_CODE_2 = (
+    "with open('artifacts/totals.csv', 'w') as f:\n"
+    "    f.write('region,revenue\\n' + ''.join(f'{k},{v}\\n' for k, v in sorted(totals.items())))\n"
+    "SUBMIT(answer=f\"north={totals['north']} south={totals['south']}\")"
+)
+
+
+def smoke_turn(settings: Settings) -> Check:
+    """One complete turn against the built-in scripted model: sandbox, tool bridge and events."""
+    events: list[Event] = []
+    with ScriptedModelServer() as server, tempfile.TemporaryDirectory(prefix="fleet-smoke-") as tmp:
+        server.script("smoke-root", rlm_step("Sum revenue per region.", SMOKE_CODE_1))
+        server.script("smoke-root", rlm_step("Save and submit.", SMOKE_CODE_2))
+        server.script("smoke-sub", "ok")
+        smoke_settings = settings.model_copy(
+            update={
+                "lm_model": "openai/smoke-root",
+                "lm_base_url": server.base_url,
+                "lm_api_key": None,
+                "sub_lm_model": "openai/smoke-sub",
+                "sub_lm_base_url": None,
+                "sub_lm_api_key": None,
+                "max_iterations": 4,
+                "turn_timeout": 60.0,
+            }
+        )
+        workspace = Path(tmp) / "workspace"
+        (workspace / "files").mkdir(parents=True)
+        (workspace / "files" / "sales.csv").write_text(SMOKE_CSV)
+        turn = build_turn(smoke_settings, TurnRequest(task="Revenue by region", workspace=workspace), events.append)
+        outcome = asyncio.run(turn.run())
+        artifact = workspace / "artifacts" / "totals.csv"
+        artifact_ok = artifact.is_file() and artifact.read_text() == "region,revenue\nnorth,15\nsouth,32\n"
+    kinds = {e.type for e in events}
+    problems = []
+    if outcome.status != "completed" or outcome.answer != "north=15 south=32":
+        problems.append(f"turn {outcome.status}: {outcome.error or outcome.answer}")
+    if not {EventType.OUTPUT, EventType.TOOL_STARTED, EventType.TOOL_FINISHED} <= kinds:
+        problems.append("missing output or tool events")
+    if not artifact_ok:
+        problems.append("artifact not written as expected")
+    if problems:
+        return Check("smoke turn", False, "; ".join(problems), "run `fleet doctor` for the failing part")
+    return Check("smoke turn", True, f"answered in {outcome.usage.get('duration', 0):.1f}s with {len(events)} events")

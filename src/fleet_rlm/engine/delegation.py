@@ -1,0 +1,299 @@
+"""Child agents: ``spawn_agent`` / ``spawn_agents`` in sandbox code, each child its own RLM and sandbox.
+
+A child gets a fresh workspace holding copies of the files it was handed, a fresh ``dspy.RLM`` with
+the same tools (delegation included while depth allows) and its own iteration budget. Model calls,
+children and the deadline are drawn from the one :class:`TurnBudget` of the run tree. A child never
+fails its parent: every limit or error comes back as a result the parent's code can read. The
+child's artifacts are promoted into the parent's workspace under ``artifacts/children/<child-id>/``
+with a ``provenance.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from fleet_rlm.config import Settings
+from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in
+from fleet_rlm.engine.events import EventEmitter, EventType, new_id
+from fleet_rlm.engine.inputs import Text
+from fleet_rlm.engine.lm import MeteredLM
+from fleet_rlm.engine.observe import ObservedSandbox, RLMCallbacks, TurnObserver, TurnTrace
+from fleet_rlm.engine.program import build_rlm
+from fleet_rlm.engine.usage import TurnUsage
+from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxSpec
+from fleet_rlm.workspace.hashing import hash_file
+from fleet_rlm.workspace.layout import Workspace
+from fleet_rlm.workspace.manifest import build_manifest, render_manifest
+from fleet_rlm.workspace.paths import PathEscapeError
+
+CHILDREN_DIR = "children"
+
+
+@dataclass
+class Delegation:
+    """What every child agent of one turn shares."""
+
+    settings: Settings
+    budget: TurnBudget
+    emitter: EventEmitter
+    backend: SandboxBackend
+    turn_id: str
+    lm: dspy.LM
+    sub_lm: dspy.LM
+    register_sandbox: Callable[[Sandbox], None]
+    scratch_root: Path
+    _slots: dict[int, threading.BoundedSemaphore] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def slot(self, depth: int) -> threading.BoundedSemaphore:
+        """Concurrency is capped per level, so a parent waiting on its children never holds their slots."""
+        with self._lock:
+            if depth not in self._slots:
+                self._slots[depth] = threading.BoundedSemaphore(self.settings.max_concurrent_children)
+            return self._slots[depth]
+
+    def tools(self, *, depth: int, parent: TurnTrace, workspace: Workspace) -> list[Callable[..., Any]]:
+        """``spawn_agent`` and ``spawn_agents`` for code running at ``depth`` (0 = the turn's own loop)."""
+        if depth >= self.settings.max_depth:
+            return []
+
+        def spawn_agent(task: str, files: list[str] | None = None, context: str | None = None) -> dict[str, Any]:
+            """Run a child agent on `task` in its own sandbox; `files` are workspace paths (e.g. 'files/a.csv')
+            copied into the child's files/, `context` is text it is told. Returns a dict with status
+            ('completed', 'failed', 'timeout', 'cancelled', 'refused'), answer, error, artifacts (paths in your
+            workspace under artifacts/children/<child_id>/) and child_id."""
+            return self.run_child(task, files or [], context, depth=depth + 1, parent=parent, workspace=workspace)
+
+        def spawn_agents(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            """Run several child agents concurrently; each item is {'task': ..., 'files': [...], 'context': ...}.
+            Returns their results in the same order; a child that fails gives an error result in its slot."""
+            specs = [_spec(item) for item in tasks]
+            if not specs:
+                return []
+            with ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="child") as pool:
+                futures = [
+                    pool.submit(self.run_child, t, f, c, depth=depth + 1, parent=parent, workspace=workspace)
+                    if error is None
+                    else None
+                    for t, f, c, error in specs
+                ]
+                return [
+                    future.result() if future is not None else _result("", "refused", error=spec[3])
+                    for future, spec in zip(futures, specs, strict=True)
+                ]
+
+        return [spawn_agent, spawn_agents]
+
+    def run_child(
+        self, task: str, files: list[str], context: str | None, *, depth: int, parent: TurnTrace, workspace: Workspace
+    ) -> dict[str, Any]:
+        child_id = new_id("child")
+        try:
+            self.budget.reserve_child()
+        except (BudgetExceeded, TurnCancelled) as exc:
+            return _result(child_id, "refused", error=str(exc))
+        with self.slot(depth):
+            return ChildRun(self, child_id, task, files, context, depth, parent, workspace).run()
+
+
+def _spec(item: Any) -> tuple[str, list[str], str | None, str | None]:
+    if not isinstance(item, dict) or not isinstance(item.get("task"), str):
+        return "", [], None, "each item needs a 'task' string"
+    files = item.get("files") or []
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return item["task"], [], None, "'files' must be a list of workspace paths"
+    context = item.get("context")
+    return item["task"], files, context if isinstance(context, str) else None, None
+
+
+def _result(child_id: str, status: str, **extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"child_id": child_id, "status": status, "answer": None, "error": None, "artifacts": []}
+    base.update(extra)
+    return base
+
+
+class ChildRun:
+    """One child agent from start to teardown."""
+
+    def __init__(
+        self,
+        delegation: Delegation,
+        child_id: str,
+        task: str,
+        files: list[str],
+        context: str | None,
+        depth: int,
+        parent: TurnTrace,
+        parent_workspace: Workspace,
+    ) -> None:
+        self.d = delegation
+        self.child_id = child_id
+        self.task = task
+        self.files = files
+        self.context = context
+        self.depth = depth
+        self.parent = parent
+        self.parent_workspace = parent_workspace
+        self.span = new_id("span")
+        self.sandboxes: list[Sandbox] = []
+        self.usage = TurnUsage(parent=delegation.budget.usage)
+        self.trace = TurnTrace(
+            delegation.emitter,
+            delegation.settings.child_max_iterations,
+            root_span=self.span,
+            parent_span=parent.iteration_span,
+        )
+
+    def run(self) -> dict[str, Any]:
+        started = time.monotonic()
+        self.trace.emit(
+            EventType.CHILD_STARTED,
+            {"child_id": self.child_id, "depth": self.depth, "task": self.task, "files": self.files},
+        )
+        workspace = Workspace.create(self.d.scratch_root / self.child_id)
+        try:
+            result = self._run_in(workspace)
+        finally:
+            for sandbox in self.sandboxes:
+                sandbox.interrupt()
+            shutil.rmtree(workspace.root, ignore_errors=True)
+        result["duration"] = round(time.monotonic() - started, 3)
+        result["usage"] = self._usage()
+        self.trace.emit(
+            EventType.CHILD_FINISHED,
+            {
+                "child_id": self.child_id,
+                "depth": self.depth,
+                "task": self.task,
+                "duration": result["duration"],
+                "outcome": result["status"],
+                "error": result["error"],
+                "usage": result["usage"],
+                "artifacts": result["artifacts"],
+            },
+        )
+        return result
+
+    def _run_in(self, workspace: Workspace) -> dict[str, Any]:
+        try:
+            self._copy_inputs(workspace)
+        except (PathEscapeError, FileNotFoundError, IsADirectoryError) as exc:
+            return _result(self.child_id, "failed", error=f"bad file for child: {exc}")
+        deadline = min(self.d.settings.child_timeout, self.d.budget.remaining_seconds())
+        if deadline <= 0:
+            return _result(self.child_id, "timeout", error="no time left in the turn for a child agent")
+        outcome: dict[str, Any] = {}
+        worker = threading.Thread(
+            target=self._think, args=(workspace, outcome), name=f"child-{self.child_id}", daemon=True
+        )
+        worker.start()
+        worker.join(deadline)
+        if worker.is_alive():
+            for sandbox in self.sandboxes:
+                sandbox.interrupt()
+            return _result(self.child_id, "timeout", error=f"child agent exceeded its deadline of {deadline:.0f}s")
+        if "error" in outcome:
+            return _result(self.child_id, outcome["status"], error=outcome["error"])
+        artifacts, provenance = self._promote(workspace)
+        return _result(self.child_id, "completed", answer=outcome["answer"], artifacts=artifacts, provenance=provenance)
+
+    def _copy_inputs(self, workspace: Workspace) -> None:
+        for rel in self.files:
+            source = self.parent_workspace.resolve(rel)
+            dest = rel.removeprefix("files/")
+            workspace.add_file(source, dest)
+
+    def _think(self, workspace: Workspace, outcome: dict[str, Any]) -> None:
+        budget = self.d.budget
+        limits = SandboxLimits.from_settings(self.d.settings)
+        spec = SandboxSpec(
+            workspace=workspace.root,
+            limits=limits,
+            labels={"turn": self.d.turn_id, "child": self.child_id},
+            observer=TurnObserver(self.trace),
+        )
+
+        def factory() -> ObservedSandbox:
+            budget.check_alive()
+            sandbox = self.d.backend.create(spec)
+            self.sandboxes.append(sandbox)
+            self.d.register_sandbox(sandbox)
+            return ObservedSandbox(sandbox, self.trace, lambda: None)
+
+        factory.execution_instructions = self.d.backend.execution_instructions  # type: ignore[attr-defined]
+        rlm = build_rlm(
+            max_iterations=self.d.settings.child_max_iterations,
+            max_model_calls=budget.max_model_calls,
+            max_output_chars=self.d.settings.max_output_chars,
+            sub_lm=MeteredLM(self.d.sub_lm, budget, f"child-sub:{self.child_id}", streaming=False),
+            interpreter_factory=factory,
+            tools=self.d.tools(depth=self.depth, parent=self.trace, workspace=workspace) or None,
+        )
+        inputs = {
+            "task": Text(self.task),
+            "workspace": Text(render_manifest(build_manifest(workspace))),
+            "history": Text(self.context or "(no context from the parent agent)"),
+        }
+        root = MeteredLM(self.d.lm, budget, f"child:{self.child_id}", streaming=False)
+        callbacks = RLMCallbacks(self.trace, rlm.generate_action, rlm.extract)
+        try:
+            with dspy.context(lm=root, callbacks=[callbacks], usage_tracker=self.usage, track_usage=True):
+                prediction = rlm(**inputs)
+            budget.check_alive()
+            outcome["answer"] = str(prediction.answer)
+        except BaseException as exc:  # a child's failure is a result for its parent, never a crash
+            outcome.update(_child_failure(exc, budget))
+
+    def _promote(self, workspace: Workspace) -> tuple[list[str], list[dict[str, Any]]]:
+        target = self.parent_workspace.artifacts_dir / CHILDREN_DIR / self.child_id
+        promoted: list[str] = []
+        provenance: list[dict[str, Any]] = []
+        for source in sorted(p for p in workspace.artifacts_dir.rglob("*") if p.is_file() and not p.is_symlink()):
+            rel = source.relative_to(workspace.artifacts_dir)
+            dest = target / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, dest)
+            path = dest.relative_to(self.parent_workspace.root).as_posix()
+            promoted.append(path)
+            provenance.append(
+                {
+                    "path": path,
+                    "source_path": f"artifacts/{rel.as_posix()}",
+                    "sha256": hash_file(dest).sha256,
+                    "child_id": self.child_id,
+                    "parent_turn": self.d.turn_id,
+                    "task": self.task,
+                }
+            )
+        if provenance:
+            (target / "provenance.json").write_text(json.dumps(provenance, indent=2))
+        return promoted, provenance
+
+    def _usage(self) -> dict[str, Any]:
+        calls = self.d.budget.calls
+        return {
+            "model_calls": calls.get(f"child:{self.child_id}", 0) + calls.get(f"child-sub:{self.child_id}", 0),
+            "input_tokens": self.usage.input_tokens,
+            "output_tokens": self.usage.output_tokens,
+            "iterations": self.trace.iteration,
+        }
+
+
+def _child_failure(exc: BaseException, budget: TurnBudget) -> dict[str, str]:
+    cause = budget_error_in(exc)
+    if isinstance(cause, TurnCancelled) or budget.cancelled:
+        return {"status": "cancelled", "error": "the turn was cancelled"}
+    if cause is not None:
+        return {"status": "failed", "error": str(cause)}
+    text = str(exc).strip().splitlines()
+    return {"status": "failed", "error": f"{type(exc).__name__}: {text[0] if text else ''}"}

@@ -1,0 +1,109 @@
+"""Building the root and sub models from settings, each metered by the turn's budget."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import dspy
+from dspy.clients._deprecation import _adapter_call, adapter_message_call
+from dspy.clients.base_lm import BaseLM
+
+from fleet_rlm.config import Settings, require_model
+from fleet_rlm.engine.budget import TurnBudget
+
+
+def build_lm(settings: Settings, *, sub: bool = False) -> dspy.LM:
+    """A ``dspy.LM`` for an OpenAI-compatible endpoint. The sub-model inherits the root's unset fields."""
+    model = require_model(settings)
+    base_url, api_key = settings.lm_base_url, settings.lm_api_key
+    temperature, max_tokens = settings.lm_temperature, settings.lm_max_tokens
+    if sub:
+        model = settings.sub_lm_model or model
+        base_url = settings.sub_lm_base_url or base_url
+        api_key = settings.sub_lm_api_key or api_key
+        temperature = settings.sub_lm_temperature if settings.sub_lm_temperature is not None else temperature
+        max_tokens = settings.sub_lm_max_tokens or max_tokens
+    kwargs: dict[str, Any] = {"timeout": settings.lm_timeout}
+    if base_url:
+        kwargs["api_base"] = base_url
+    if api_key is not None:
+        kwargs["api_key"] = api_key.get_secret_value()
+    elif base_url:
+        # OpenAI-compatible servers without auth still expect the header to be present.
+        kwargs["api_key"] = "not-needed"
+    return dspy.LM(
+        model,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        cache=False,
+        num_retries=settings.lm_num_retries,
+        **kwargs,
+    )
+
+
+class MeteredLM(BaseLM):  # type: ignore[misc]
+    """A model as a turn may call it: every call reserves budget first and records its tokens.
+
+    ``streaming=False`` keeps a call out of the turn's live stream (``llm_query`` runs on tool
+    threads that cannot feed DSPy's stream, and its text is not the model's reasoning).
+    """
+
+    def __init__(self, lm: dspy.LM, budget: TurnBudget, role: str, *, streaming: bool) -> None:
+        super().__init__(model=lm.model, model_type=lm.model_type)
+        self.kwargs = dict(lm.kwargs)
+        self._lm = lm
+        self._budget = budget
+        self._role = role
+        self._streaming = streaming
+
+    @contextlib.contextmanager
+    def _scope(self, kwargs: dict[str, Any]) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            if not self._streaming:
+                stack.enter_context(dspy.context(send_stream=None))
+            messages = kwargs.get("messages")
+            origin = _adapter_call.get()
+            if messages is not None and origin is not None and origin[0] is self and origin[1] is messages:
+                # DSPy's adapter vouches for its own message call to *this* LM; pass that on to the
+                # wrapped LM so it does not mistake the adapter's call for deprecated user code.
+                stack.enter_context(adapter_message_call(self._lm, messages))
+            yield
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._budget.reserve_call(self._role)
+        with self._scope(kwargs):
+            return self._lm(*args, **kwargs)
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        self._budget.reserve_call(self._role)
+        with self._scope(kwargs):
+            return await self._lm.acall(*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self._budget.reserve_call(self._role)
+        return self._lm.forward(*args, **kwargs)
+
+    async def aforward(self, *args: Any, **kwargs: Any) -> Any:
+        self._budget.reserve_call(self._role)
+        return await self._lm.aforward(*args, **kwargs)
+
+    def copy(self, **kwargs: Any) -> MeteredLM:
+        return MeteredLM(self._lm.copy(**kwargs), self._budget, self._role, streaming=self._streaming)
+
+    @property
+    def supports_function_calling(self) -> bool:
+        return bool(getattr(self._lm, "supports_function_calling", False))
+
+    @property
+    def supports_reasoning(self) -> bool:
+        return bool(getattr(self._lm, "supports_reasoning", False))
+
+    @property
+    def supports_response_schema(self) -> bool:
+        return bool(getattr(self._lm, "supports_response_schema", False))
+
+    @property
+    def supported_params(self) -> set[str]:
+        return set(getattr(self._lm, "supported_params", set()))

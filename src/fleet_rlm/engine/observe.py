@@ -1,0 +1,186 @@
+"""Turning what DSPy and the sandbox do into the turn's events.
+
+``RLMCallbacks`` watches ``dspy.RLM``'s predictors (each action call is an iteration);
+``TurnObserver`` receives sandbox output and tool calls; ``ObservedSandbox`` wraps each sandbox
+to count code errors and announce artifacts as soon as an execution writes them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from dspy.predict.rlm import _strip_code_fences
+from dspy.primitives.code_interpreter import CodeExecutionError
+from dspy.utils.callback import BaseCallback
+
+from fleet_rlm.engine.events import EventEmitter, EventType, new_id
+from fleet_rlm.sandbox.base import Sandbox
+
+PREVIEW_CHARS = 200
+
+
+class TurnTrace:
+    """Mutable state of one running RLM loop that its events need: the current span and counters.
+
+    The turn's own loop hangs off the turn's root span; a child agent's loop gets a trace whose
+    ``root_span`` is the child's span (and ``parent_span`` the iteration that spawned it), so every
+    event of a child lands in its own subtree.
+    """
+
+    def __init__(
+        self,
+        emitter: EventEmitter,
+        max_iterations: int,
+        *,
+        root_span: str | None = None,
+        parent_span: str | None = None,
+    ) -> None:
+        self.emitter = emitter
+        self.max_iterations = max_iterations
+        self.root_span = root_span or emitter.root_span
+        self.parent_span = parent_span
+        self.iteration = 0
+        self.iteration_span = self.root_span
+        self.sandbox_errors = 0
+        self.lock = threading.Lock()
+
+    def emit(self, type: EventType, data: dict[str, Any]) -> None:
+        """An event about this loop as a whole (its root span)."""
+        if self.root_span == self.emitter.root_span:
+            self.emitter.emit(type, data)
+        else:
+            self.emitter.emit(type, data, span_id=self.root_span, parent_span_id=self.parent_span)
+
+    def emit_in_iteration(self, type: EventType, data: dict[str, Any], *, span_id: str | None = None) -> None:
+        if span_id is None:
+            self.emitter.emit(type, data, span_id=self.iteration_span, parent_span_id=self.root_span)
+        else:
+            self.emitter.emit(type, data, span_id=span_id, parent_span_id=self.iteration_span)
+
+
+class RLMCallbacks(BaseCallback):  # type: ignore[misc]
+    """Emits iteration.started / reasoning / code around each action call of one ``dspy.RLM``."""
+
+    def __init__(self, trace: TurnTrace, action: Any, extract: Any) -> None:
+        self.trace = trace
+        self.action = action
+        self.extract = extract
+        self._action_calls: set[str] = set()
+
+    def on_module_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        trace = self.trace
+        if instance is self.action:
+            self._action_calls.add(call_id)
+            with trace.lock:
+                trace.iteration += 1
+                trace.iteration_span = new_id("span")
+            trace.emitter.emit(
+                EventType.ITERATION_STARTED,
+                {"iteration": trace.iteration, "max_iterations": trace.max_iterations},
+                span_id=trace.iteration_span,
+                parent_span_id=trace.root_span,
+            )
+        elif instance is self.extract:
+            trace.emit(
+                EventType.BUDGET_EXHAUSTED,
+                {"budget": "iterations", "limit": trace.max_iterations, "used": trace.iteration},
+            )
+            trace.emit(
+                EventType.WARNING,
+                {
+                    "message": f"iteration budget of {trace.max_iterations} reached: "
+                    "the answer is extracted from the work so far"
+                },
+            )
+
+    def on_module_end(self, call_id: str, outputs: Any | None, exception: Exception | None = None) -> None:
+        if call_id not in self._action_calls or outputs is None:
+            return
+        self._action_calls.discard(call_id)
+        reasoning = getattr(outputs, "reasoning", None)
+        code = getattr(outputs, "code", None)
+        if reasoning:
+            self.trace.emit_in_iteration(EventType.REASONING, {"text": str(reasoning)})
+        if code is not None:
+            self.trace.emit_in_iteration(EventType.CODE, {"code": _runnable(str(code))})
+
+
+class TurnObserver:
+    """The sandbox observer of a turn: output chunks and tool calls become events."""
+
+    def __init__(self, trace: TurnTrace) -> None:
+        self.trace = trace
+
+    def output(self, stream: str, text: str) -> None:
+        self.trace.emit_in_iteration(EventType.OUTPUT, {"stream": stream, "text": text})
+
+    def tool_started(self, call_id: str, name: str, arguments: str) -> None:
+        self.trace.emit_in_iteration(
+            EventType.TOOL_STARTED,
+            {"call_id": call_id, "name": name, "arguments": arguments[:PREVIEW_CHARS]},
+            span_id=f"span_{call_id}",
+        )
+
+    def tool_finished(self, call_id: str, name: str, duration: float, error: str | None) -> None:
+        self.trace.emit_in_iteration(
+            EventType.TOOL_FINISHED,
+            {"call_id": call_id, "name": name, "duration": round(duration, 4), "error": error},
+            span_id=f"span_{call_id}",
+        )
+
+    def warning(self, message: str) -> None:
+        self.trace.emit_in_iteration(EventType.WARNING, {"message": message})
+
+
+class ObservedSandbox:
+    """A sandbox as the turn uses it; DSPy sees the same ``CodeInterpreter`` surface."""
+
+    def __init__(self, inner: Sandbox, trace: TurnTrace, after_execute: Callable[[], None]) -> None:
+        self._inner = inner
+        self._trace = trace
+        self._after_execute = after_execute
+
+    @property
+    def tools(self) -> dict[str, Callable[..., Any]]:
+        return self._inner.tools
+
+    @property
+    def output_fields(self) -> list[dict[str, Any]] | None:
+        return self._inner.output_fields
+
+    @output_fields.setter
+    def output_fields(self, value: list[dict[str, Any]] | None) -> None:
+        self._inner.output_fields = value
+
+    @property
+    def isolated(self) -> bool:
+        return self._inner.isolated
+
+    def start(self) -> None:
+        self._inner.start()
+
+    def execute(self, code: str, variables: dict[str, Any] | None = None) -> Any:
+        try:
+            return self._inner.execute(code, variables)
+        except (CodeExecutionError, SyntaxError):
+            with self._trace.lock:
+                self._trace.sandbox_errors += 1
+            raise
+        finally:
+            self._after_execute()
+
+    def interrupt(self) -> None:
+        self._inner.interrupt()
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+
+def _runnable(code: str) -> str:
+    """The code as the sandbox will run it: DSPy's own fence stripping, else the text as written."""
+    try:
+        return str(_strip_code_fences(code))
+    except SyntaxError:
+        return code

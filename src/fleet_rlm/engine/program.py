@@ -1,0 +1,59 @@
+"""The DSPy program a turn runs: the task signature Fleet gives ``dspy.RLM``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import dspy
+
+from fleet_rlm.engine.inputs import Text
+
+
+class FleetTask(dspy.Signature):  # type: ignore[misc]
+    """You are Fleet, an analyst that answers by running Python in a sandbox.
+
+    The current directory is the workspace. Inputs are in `files/`; anything the person should keep
+    (tables, charts, reports) must be saved under `artifacts/`; `memory/` holds notes kept across turns.
+    `workspace` lists every file with its size, sha256, kind and a short preview: the previews are
+    partial, so open the files with code to read them, and never guess their contents. Keep large data in
+    files and variables, print only small summaries. Use `llm_query` for semantic judgements on snippets.
+    The answer is for a person: concise Markdown that states the result, the key figures and the
+    artifacts written."""
+
+    task: Text = dspy.InputField(desc="What the person asked for.")
+    workspace: Text = dspy.InputField(desc="Manifest of the workspace files (path, size, sha256, kind, preview).")
+    history: Text = dspy.InputField(desc="Earlier turns of this conversation, oldest first.")
+    answer: str = dspy.OutputField(desc="The final answer for the person, in Markdown.")
+
+
+def build_rlm(
+    *,
+    max_iterations: int,
+    max_model_calls: int,
+    max_output_chars: int,
+    sub_lm: Any,
+    interpreter_factory: Callable[[], Any],
+    tools: list[Callable[..., Any]] | None = None,
+) -> dspy.RLM:
+    return dspy.RLM(
+        FleetTask,
+        max_iters=max_iterations,
+        # Fleet's own budget counts root and sub-model calls on one counter and fires first.
+        max_llm_calls=max_model_calls,
+        max_output_chars=max_output_chars,
+        sub_lm=sub_lm,
+        interpreter_factory=interpreter_factory,
+        tools=tools,
+    )
+
+
+def render_history(entries: list[tuple[str, str | None]], *, max_chars: int = 6000) -> str:
+    """Earlier turns as the model sees them, newest kept when the text must be cut."""
+    if not entries:
+        return "(no earlier turns)"
+    blocks = [f"User: {message}\nFleet: {answer or '(no answer)'}" for message, answer in entries]
+    text = "\n\n".join(blocks)
+    if len(text) <= max_chars:
+        return text
+    return "[earlier turns omitted]\n" + text[-max_chars:]

@@ -1,0 +1,39 @@
+"""Everything a route needs to run one turn's program, prepared by the turn."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import dspy
+
+from fleet_rlm.config import Settings
+from fleet_rlm.engine.budget import TurnBudget
+from fleet_rlm.engine.inputs import Text
+from fleet_rlm.engine.lm import MeteredLM
+from fleet_rlm.engine.observe import TurnTrace
+
+
+@dataclass
+class RouteContext:
+    settings: Settings
+    budget: TurnBudget
+    trace: TurnTrace
+    root_lm: MeteredLM
+    sub_lm: MeteredLM
+    max_iterations: int
+    inputs: dict[str, Text]
+    """``task``, ``workspace`` (manifest) and ``history``, shown to the model whole."""
+    interpreter_factory: Callable[[], Any]
+    """A zero-argument sandbox factory carrying ``execution_instructions``, as DSPy expects."""
+    tools: list[Callable[..., Any]] = field(default_factory=list)
+    """Host tools sandbox code may call besides ``llm_query`` (e.g. delegation)."""
+    has_files: bool = False
+    """True when the turn names context paths or the workspace holds input files."""
+
+    def lm_context(self, *callbacks: Any) -> Any:
+        """The DSPy context every route runs its program in: metered root model, usage tracking."""
+        return dspy.context(
+            lm=self.root_lm, callbacks=list(callbacks), usage_tracker=self.budget.usage, track_usage=True
+        )

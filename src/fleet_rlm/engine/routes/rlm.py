@@ -1,0 +1,51 @@
+"""The ``rlm`` route: ``dspy.RLM`` writing code in Fleet's sandbox, iteration by iteration."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import dspy
+from dspy.streaming import StreamListener, StreamResponse
+
+from fleet_rlm.engine.events import EventType
+from fleet_rlm.engine.observe import RLMCallbacks
+from fleet_rlm.engine.program import build_rlm
+from fleet_rlm.engine.routes.context import RouteContext
+
+
+def run_rlm(ctx: RouteContext) -> str:
+    rlm = build_rlm(
+        max_iterations=ctx.max_iterations,
+        max_model_calls=ctx.budget.max_model_calls,
+        max_output_chars=ctx.settings.max_output_chars,
+        sub_lm=ctx.sub_lm,
+        interpreter_factory=ctx.interpreter_factory,
+        tools=ctx.tools or None,
+    )
+    callbacks = RLMCallbacks(ctx.trace, rlm.generate_action, rlm.extract)
+    with ctx.lm_context(callbacks):
+        if ctx.settings.lm_stream:
+            prediction = asyncio.run(stream_program(ctx, rlm, rlm.generate_action, ("reasoning", "code")))
+        else:
+            prediction = rlm(**ctx.inputs)
+    return str(prediction.answer)
+
+
+DELTA_EVENTS = {"reasoning": EventType.REASONING_DELTA, "code": EventType.CODE_DELTA}
+
+
+async def stream_program(ctx: RouteContext, program: Any, predictor: Any, fields: tuple[str, ...]) -> Any:
+    """Run ``program`` with DSPy streaming; pieces of ``fields`` written by ``predictor`` become delta events."""
+    listeners = [StreamListener(name, predict=predictor, allow_reuse=True) for name in fields]
+    streaming = dspy.streamify(program, stream_listeners=listeners, include_final_prediction_in_output_stream=True)
+    prediction = None
+    async for chunk in streaming(**ctx.inputs):
+        if isinstance(chunk, StreamResponse):
+            if chunk.chunk:
+                ctx.trace.emit_in_iteration(DELTA_EVENTS[chunk.signature_field_name], {"text": chunk.chunk})
+        elif isinstance(chunk, dspy.Prediction):
+            prediction = chunk
+    if prediction is None:
+        raise RuntimeError("the model program ended without a prediction")
+    return prediction

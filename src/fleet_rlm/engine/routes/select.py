@@ -1,0 +1,92 @@
+"""Choosing a turn's route from its mode, and running it.
+
+A strict mode (``rlm``, ``flex``, ``direct``) is the route. ``hybrid`` asks the triage predictor.
+``direct`` cannot see files, so a turn with files never takes it: asked for strictly, the turn is
+refused; chosen by triage, it becomes ``rlm`` with a warning. A triage error or an answer that is
+not a route also falls back to ``rlm`` with a warning. The choice is the ``route.selected`` event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import get_args
+
+from fleet_rlm.config import Mode
+from fleet_rlm.engine.budget import BudgetExceeded, TurnCancelled
+from fleet_rlm.engine.events import EventType
+from fleet_rlm.engine.routes.context import RouteContext
+from fleet_rlm.engine.routes.direct import run_direct
+from fleet_rlm.engine.routes.flex import run_flex
+from fleet_rlm.engine.routes.rlm import run_rlm
+from fleet_rlm.engine.routes.triage import Route, triage
+
+MODES: tuple[str, ...] = get_args(Mode)
+ROUTES: dict[str, Callable[[RouteContext], str]] = {"direct": run_direct, "flex": run_flex, "rlm": run_rlm}
+FALLBACK: Route = "rlm"
+
+
+class RouteRefused(ValueError):
+    """The requested mode cannot serve this turn; the message says why and what to use instead."""
+
+
+@dataclass(frozen=True)
+class RouteChoice:
+    route: Route
+    reason: str
+
+
+def select_route(ctx: RouteContext, mode: str) -> RouteChoice:
+    """Pick the route for ``mode`` and emit ``route.selected``. Raises RouteRefused."""
+    if mode not in MODES:
+        raise RouteRefused(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
+    if mode == "direct" and ctx.has_files:
+        raise RouteRefused(
+            "mode direct cannot see workspace files and this turn has files; use mode hybrid, rlm or flex"
+        )
+    choice = _triage(ctx) if mode == "hybrid" else RouteChoice(mode, f"mode {mode} was requested")  # type: ignore[arg-type]
+    ctx.trace.emitter.emit(EventType.ROUTE_SELECTED, {"route": choice.route, "reason": choice.reason, "mode": mode})
+    return choice
+
+
+def run_route(ctx: RouteContext, choice: RouteChoice) -> str:
+    return ROUTES[choice.route](ctx)
+
+
+def _triage(ctx: RouteContext) -> RouteChoice:
+    try:
+        verdict = triage(ctx)
+    except Exception as exc:
+        if ctx.budget.cancelled or _stop_cause(exc) is not None:
+            raise  # the turn is over, not the triage
+        _warn(ctx, f"triage failed ({_one_line(exc)}); using the {FALLBACK} route")
+        return RouteChoice(FALLBACK, "triage failed, so the turn takes the default route")
+    if verdict.route not in ROUTES:
+        _warn(ctx, f"triage answered {verdict.route!r}, which is not a route; using the {FALLBACK} route")
+        return RouteChoice(FALLBACK, "triage gave no usable route, so the turn takes the default route")
+    if verdict.route == "direct" and ctx.has_files:
+        _warn(ctx, f"triage chose direct, which cannot see the workspace files; using the {FALLBACK} route")
+        return RouteChoice(FALLBACK, f"the turn has files, which direct cannot see (triage: {verdict.reason})")
+    return RouteChoice(verdict.route, verdict.reason)
+
+
+def _warn(ctx: RouteContext, message: str) -> None:
+    ctx.trace.emitter.emit(EventType.WARNING, {"message": message})
+
+
+def _stop_cause(exc: BaseException) -> BaseException | None:
+    """A budget or cancel error under ``exc`` (DSPy wraps what model calls raise): it ends the turn."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, BudgetExceeded | TurnCancelled):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,337 @@
+"""One turn: a fresh ``dspy.RLM`` over the task and the workspace manifest, on a fresh sandbox.
+
+The RLM runs on a worker thread; :meth:`Turn.run` waits for it, the turn deadline or a cancel,
+whichever comes first, and always ends the event stream with exactly one terminal event. On
+cancel or deadline the sandbox is killed and the model wait abandoned (further model calls of the
+abandoned thread are refused by the budget), so the turn ends within a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import dspy
+from dspy.primitives.code_interpreter import CodeInterpreterError
+
+from fleet_rlm.config import Settings
+from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in
+from fleet_rlm.engine.delegation import Delegation
+from fleet_rlm.engine.events import SCHEMA_VERSION, EventEmitter, EventSink, EventType, new_id
+from fleet_rlm.engine.inputs import Text
+from fleet_rlm.engine.lm import MeteredLM, build_lm
+from fleet_rlm.engine.observe import ObservedSandbox, TurnObserver, TurnTrace
+from fleet_rlm.engine.program import render_history
+from fleet_rlm.engine.routes.context import RouteContext
+from fleet_rlm.engine.routes.select import RouteRefused, run_route, select_route
+from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxSpec
+from fleet_rlm.workspace.layout import Workspace
+from fleet_rlm.workspace.manifest import build_manifest, render_manifest
+from fleet_rlm.workspace.snapshot import changed_since, snapshot
+
+TurnStatus = Literal["completed", "failed", "cancelled"]
+
+
+@dataclass
+class HistoryEntry:
+    message: str
+    answer: str | None
+
+
+@dataclass
+class TurnRequest:
+    task: str
+    workspace: Path
+    turn_id: str = field(default_factory=lambda: new_id("turn"))
+    history: list[HistoryEntry] = field(default_factory=list)
+    context_paths: list[str] = field(default_factory=list)
+    mode: str | None = None
+    max_iterations: int | None = None
+    max_model_calls: int | None = None
+    turn_timeout: float | None = None
+
+
+@dataclass
+class TurnOutcome:
+    status: TurnStatus
+    answer: str | None = None
+    error: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    route: str | None = None
+    """The route that ran (direct, flex, rlm); None when the turn ended before one was chosen."""
+
+
+def default_backend(settings: Settings) -> SandboxBackend:
+    from fleet_rlm.sandbox.local import LocalSandboxBackend
+
+    return LocalSandboxBackend(allow_unisolated=settings.sandbox_allow_unisolated)
+
+
+class Turn:
+    def __init__(
+        self, settings: Settings, request: TurnRequest, sinks: tuple[EventSink, ...], backend: SandboxBackend
+    ) -> None:
+        self.settings = settings
+        self.request = request
+        self.turn_id = request.turn_id
+        self.backend = backend
+        self.emitter = EventEmitter(request.turn_id, *sinks)
+        self.workspace = Workspace.create(request.workspace)
+        self.max_iterations = request.max_iterations or settings.max_iterations
+        self.turn_timeout = request.turn_timeout or settings.turn_timeout
+        self.mode: str = request.mode or settings.mode
+        self.route: str | None = None
+        self.budget = TurnBudget(
+            max_model_calls=request.max_model_calls or settings.max_model_calls,
+            deadline=time.monotonic() + self.turn_timeout,
+            max_tokens=settings.max_tokens_per_turn,
+            max_cost=settings.max_cost_per_turn,
+            prices=dict(settings.model_prices),
+            max_children=settings.max_children_per_turn,
+        )
+        self.trace = TurnTrace(self.emitter, self.max_iterations)
+        self._sandboxes: list[Sandbox] = []
+        self._stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Event | None = None
+        self._artifacts_before = snapshot(self.workspace)
+        self._announced: dict[str, tuple[int, int]] = {}
+        self._started = time.monotonic()
+
+    # -- control -------------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Stop the turn: refuse further model calls, kill running code, end with turn.cancelled."""
+        self.budget.cancelled = True
+        self._stop.set()
+        self._kill_sandboxes()
+        if self._loop is not None and self._stopped is not None:
+            self._loop.call_soon_threadsafe(self._stopped.set)
+
+    def _kill_sandboxes(self) -> None:
+        for sandbox in list(self._sandboxes):
+            sandbox.interrupt()
+
+    # -- running -------------------------------------------------------------------------------
+
+    async def run(self) -> TurnOutcome:
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        if self._stop.is_set():
+            self._stopped.set()
+        self.emitter.emit(
+            EventType.TURN_STARTED,
+            {
+                "schema": SCHEMA_VERSION,
+                "task": self.request.task,
+                "context_paths": self.request.context_paths,
+                "mode": self.mode,
+                "sandbox": {"backend": self.backend.name, "isolated": self.backend.isolated},
+                "budget": {
+                    "max_iterations": self.max_iterations,
+                    "max_model_calls": self.budget.max_model_calls,
+                    "turn_timeout": self.turn_timeout,
+                    "execution_timeout": self.settings.execution_timeout,
+                },
+            },
+        )
+        if not self.backend.isolated:
+            self.emitter.emit(
+                EventType.WARNING,
+                {"message": "the sandbox is NOT isolated (sandbox_allow_unisolated is on): code runs with host access"},
+            )
+        done: asyncio.Future[TurnOutcome] = self._loop.create_future()
+        worker = threading.Thread(target=self._work, args=(done,), name=f"turn-{self.turn_id}", daemon=True)
+        worker.start()
+        stopped: asyncio.Future[Any] = asyncio.ensure_future(self._stopped.wait())
+        waiting: set[asyncio.Future[Any]] = {done, stopped}
+        try:
+            finished, _ = await asyncio.wait(
+                waiting, timeout=max(0.0, self.budget.remaining_seconds()), return_when=asyncio.FIRST_COMPLETED
+            )
+        except asyncio.CancelledError:
+            self.cancel()
+            self._finish(TurnOutcome(status="cancelled", error="the turn was cancelled"))
+            raise
+        finally:
+            stopped.cancel()
+        if done in finished:
+            outcome = done.result()
+        elif stopped in finished:
+            outcome = TurnOutcome(status="cancelled", error="the turn was cancelled")
+        else:
+            self.budget.cancelled = True
+            self._kill_sandboxes()
+            self.emitter.emit(EventType.BUDGET_EXHAUSTED, {"budget": "deadline", "limit": self.turn_timeout})
+            outcome = TurnOutcome(status="failed", error=f"turn deadline of {self.turn_timeout:g}s exceeded")
+        return self._finish(outcome)
+
+    def _work(self, done: asyncio.Future[TurnOutcome]) -> None:
+        try:
+            outcome = self._run_program()
+        except BaseException as exc:  # every failure becomes a one-line reason
+            outcome = self._failure(exc)
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # the turn already ended and its loop is closed
+            self._loop.call_soon_threadsafe(_resolve, done, outcome)
+
+    def _run_program(self) -> TurnOutcome:
+        settings = self.settings
+        ctx = RouteContext(
+            settings=settings,
+            budget=self.budget,
+            trace=self.trace,
+            root_lm=MeteredLM(build_lm(settings), self.budget, "root", streaming=settings.lm_stream),
+            sub_lm=MeteredLM(build_lm(settings, sub=True), self.budget, "sub", streaming=False),
+            max_iterations=self.max_iterations,
+            inputs={
+                "task": Text(self._task_text()),
+                "workspace": Text(render_manifest(build_manifest(self.workspace))),
+                "history": Text(render_history([(h.message, h.answer) for h in self.request.history])),
+            },
+            interpreter_factory=self._sandbox_factory(),
+            tools=self._delegation().tools(depth=0, parent=self.trace, workspace=self.workspace),
+            has_files=bool(self.request.context_paths) or any(self.workspace.files_dir.iterdir()),
+        )
+        try:
+            choice = select_route(ctx, self.mode)
+        except RouteRefused as exc:
+            return TurnOutcome(status="failed", error=str(exc))
+        self.route = choice.route
+        answer = run_route(ctx, choice)
+        self.budget.check_alive()
+        return TurnOutcome(status="completed", answer=answer)
+
+    def _delegation(self) -> Delegation:
+        return Delegation(
+            settings=self.settings,
+            budget=self.budget,
+            emitter=self.emitter,
+            backend=self.backend,
+            turn_id=self.turn_id,
+            lm=build_lm(self.settings),
+            sub_lm=build_lm(self.settings, sub=True),
+            register_sandbox=self._register_sandbox,
+            scratch_root=self.settings.data_dir / "children" / self.turn_id,
+        )
+
+    def _register_sandbox(self, sandbox: Sandbox) -> None:
+        self._sandboxes.append(sandbox)
+        if self._stop.is_set():
+            sandbox.interrupt()
+
+    def _sandbox_factory(self) -> Any:
+        limits = SandboxLimits.from_settings(self.settings)
+        observer = TurnObserver(self.trace)
+        spec = SandboxSpec(
+            workspace=self.workspace.root,
+            limits=limits,
+            labels={"turn": self.turn_id},
+            observer=observer,
+        )
+
+        def factory() -> ObservedSandbox:
+            self.budget.check_alive()
+            sandbox = self.backend.create(spec)
+            self._register_sandbox(sandbox)
+            return ObservedSandbox(sandbox, self.trace, self._announce_artifacts)
+
+        factory.execution_instructions = self.backend.execution_instructions  # type: ignore[attr-defined]
+        return factory
+
+    def _task_text(self) -> str:
+        task = self.request.task
+        if self.request.context_paths:
+            task += "\n\nFocus on these workspace files: " + ", ".join(self.request.context_paths)
+        return task
+
+    # -- results -------------------------------------------------------------------------------
+
+    def _announce_artifacts(self) -> None:
+        current = snapshot(self.workspace)
+        for path in changed_since(self.workspace, self._artifacts_before):
+            facts = current.get(path)
+            if facts is None or self._announced.get(path) == facts:
+                continue
+            self._announced[path] = facts
+            self.trace.emit_in_iteration(EventType.ARTIFACT_CREATED, {"path": path, "size": facts[0]})
+
+    def _failure(self, exc: BaseException) -> TurnOutcome:
+        if isinstance(exc, TurnCancelled) or self.budget.cancelled:
+            return TurnOutcome(status="cancelled", error="the turn was cancelled")
+        if isinstance(exc, BudgetExceeded):
+            self.emitter.emit(EventType.BUDGET_EXHAUSTED, {"budget": exc.kind, "limit": exc.limit})
+            return TurnOutcome(status="failed", error=str(exc))
+        cause = budget_error_in(exc)
+        if cause is not None and cause is not exc:
+            return self._failure(cause)
+        if isinstance(exc, CodeInterpreterError):
+            return TurnOutcome(status="failed", error=f"sandbox failed: {_one_line(exc)}")
+        if isinstance(exc, dspy.LMError):
+            return TurnOutcome(status="failed", error=f"model endpoint error: {_one_line(exc)}")
+        return TurnOutcome(status="failed", error=f"{type(exc).__name__}: {_one_line(exc)}")
+
+    def _finish(self, outcome: TurnOutcome) -> TurnOutcome:
+        self._kill_sandboxes()
+        if outcome.status == "completed":
+            self._announce_artifacts()
+        outcome.artifacts = self._artifact_records()
+        outcome.route = self.route
+        outcome.usage = self._usage()
+        if outcome.status == "completed":
+            self.emitter.emit(
+                EventType.TURN_COMPLETED,
+                {"answer": outcome.answer, "usage": outcome.usage, "artifacts": outcome.artifacts},
+            )
+        elif outcome.status == "cancelled":
+            self.emitter.emit(EventType.TURN_CANCELLED, {"reason": outcome.error, "usage": outcome.usage})
+        else:
+            self.emitter.emit(EventType.TURN_FAILED, {"reason": outcome.error, "usage": outcome.usage})
+        return outcome
+
+    def _artifact_records(self) -> list[dict[str, Any]]:
+        entries = {e.path: e for e in build_manifest(self.workspace)}
+        return [
+            {"path": path, "size": entries[path].size, "sha256": entries[path].sha256}
+            for path in sorted(self._announced)
+            if path in entries
+        ]
+
+    def _usage(self) -> dict[str, Any]:
+        calls = dict(self.budget.calls)
+        return {
+            "route": self.route,
+            "model_calls": sum(calls.values()),
+            "root_calls": calls.get("root", 0),
+            "sub_calls": calls.get("sub", 0),
+            "child_calls": sum(n for role, n in calls.items() if role.startswith("child")),
+            "children": self.budget.children_started,
+            "input_tokens": self.budget.usage.input_tokens,
+            "output_tokens": self.budget.usage.output_tokens,
+            "iterations": self.trace.iteration,
+            "sandbox_errors": self.trace.sandbox_errors,
+            "duration": round(time.monotonic() - self._started, 3),
+        }
+
+
+def _resolve(future: asyncio.Future[TurnOutcome], outcome: TurnOutcome) -> None:
+    if not future.done():
+        future.set_result(outcome)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def build_turn(
+    settings: Settings, request: TurnRequest, *sinks: EventSink, backend: SandboxBackend | None = None
+) -> Turn:
+    """Prepare a turn; nothing runs until ``await turn.run()``."""
+    return Turn(settings, request, sinks, backend or default_backend(settings))

@@ -1,0 +1,29 @@
+"""Settings that point Fleet at a scripted model server, for tests and the smoke check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fleet_rlm.config import Settings
+from fleet_rlm.testing.scripted_model import ScriptedModelServer
+
+ROOT_MODEL = "root"
+SUB_MODEL = "sub"
+
+
+def scripted_settings(server: ScriptedModelServer, home: Path, **overrides: Any) -> Settings:
+    """Settings whose root model is ``root`` and sub-model ``sub`` on ``server``; no file or env is read."""
+    values: dict[str, Any] = {
+        "home": home,
+        "lm_model": f"openai/{ROOT_MODEL}",
+        "lm_base_url": server.base_url,
+        "lm_api_key": "scripted",
+        "sub_lm_model": f"openai/{SUB_MODEL}",
+        "lm_num_retries": 0,
+        "turn_timeout": 60.0,
+        "execution_timeout": 20.0,
+    }
+    values.update(overrides)
+    # model_validate skips the environment, .env and fleet.toml sources: tests see only these values.
+    return Settings.model_validate(values)

@@ -1,0 +1,104 @@
+"""``fleet run`` and configuration errors, through the real console script in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleet_rlm.config import load_settings
+from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+
+FLEET = [sys.executable, "-m", "fleet_rlm"]
+
+
+def fleet(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    clean.update({"XDG_CONFIG_HOME": str(cwd / "config"), "FLEET_HOME": str(cwd / "home"), "COLUMNS": "120"})
+    clean.update(env)
+    return subprocess.run([*FLEET, *args], cwd=cwd, env=clean, capture_output=True, text=True, timeout=90)
+
+
+def model_env(server: ScriptedModelServer) -> dict[str, str]:
+    return {
+        "FLEET_LM_MODEL": "openai/root",
+        "FLEET_LM_BASE_URL": server.base_url,
+        "FLEET_LM_API_KEY": "scripted",
+        "FLEET_SUB_LM_MODEL": "openai/sub",
+    }
+
+
+def test_run_streams_json_events_and_writes_the_artifact(model_server: ScriptedModelServer, tmp_path: Path) -> None:
+    (tmp_path / "sales.csv").write_text("region,revenue\nnorth,3\nsouth,4\nnorth,5\n")
+    code = (
+        "import csv\nt = {}\nfor r in csv.DictReader(open('files/sales.csv')):\n"
+        "    t[r['region']] = t.get(r['region'], 0) + int(r['revenue'])\n"
+        "open('artifacts/by_region.csv', 'w').write(''.join(f'{k},{v}\\n' for k, v in sorted(t.items())))\n"
+        "print(t)\nSUBMIT(answer=str(t))"
+    )
+    model_server.script("root", rlm_step("Sum it.", code))
+    workspace = tmp_path / "ws"
+    result = fleet(
+        ["run", "Revenue by region", "--file", "sales.csv", "--json", "--workspace", str(workspace)],
+        tmp_path,
+        model_env(model_server),
+    )
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert events[0]["type"] == "turn.started"
+    assert events[-1]["type"] == "turn.completed"
+    assert events[-1]["data"]["answer"] == "{'north': 8, 'south': 4}"
+    assert (workspace / "files" / "sales.csv").is_file()
+    assert (workspace / "artifacts" / "by_region.csv").read_text() == "north,8\nsouth,4\n"
+
+
+def test_run_renders_the_answer_and_artifacts_for_people(model_server: ScriptedModelServer, tmp_path: Path) -> None:
+    code = "open('artifacts/note.md', 'w').write('# hi')\nprint('working')\nSUBMIT(answer='**All done**')"
+    model_server.script("root", rlm_step("Write a note.", code))
+    result = fleet(["run", "Write a note"], tmp_path, model_env(model_server))
+    assert result.returncode == 0, result.stderr
+    assert "All done" in result.stdout
+    assert "working" in result.stdout
+    assert "artifacts/note.md" in result.stdout
+
+
+def test_failed_turn_exits_non_zero_with_one_line_reason(model_server: ScriptedModelServer, tmp_path: Path) -> None:
+    model_server.script("root", rlm_step("Ask.", "print(llm_query('a'))"))
+    result = fleet(["run", "Anything", "--max-model-calls", "1"], tmp_path, model_env(model_server))
+    assert result.returncode == 1
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("fleet: failed: model-call budget exhausted")
+
+
+def test_missing_model_says_what_to_set(tmp_path: Path) -> None:
+    result = fleet(["run", "Anything"], tmp_path, {})
+    assert result.returncode == 2
+    assert "FLEET_LM_MODEL" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_config_key_fails_fast_and_names_it(tmp_path: Path) -> None:
+    (tmp_path / "fleet.toml").write_text('[lm]\nmodel = "openai/x"\nmodle_typo = 1\n')
+    result = fleet(["run", "Anything"], tmp_path, {})
+    assert result.returncode == 2
+    assert "lm_modle_typo" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_precedence_flags_over_env_over_dotenv_over_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "fleet.toml").write_text(
+        "max_iterations = 3\nmax_model_calls = 4\nturn_timeout = 5\n[lm]\nmodel = 'a'\n"
+    )
+    (tmp_path / ".env").write_text("FLEET_MAX_MODEL_CALLS=40\nFLEET_TURN_TIMEOUT=50\n")
+    for key in [k for k in os.environ if k.startswith("FLEET_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("FLEET_TURN_TIMEOUT", "500")
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(lm_model="flag-model")
+    assert (settings.max_iterations, settings.max_model_calls, settings.turn_timeout) == (3, 40, 500.0)
+    assert settings.lm_model == "flag-model"
