@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -102,3 +103,24 @@ def test_positional_arguments_reach_keyword_only_wrappers(sandbox: LocalSandbox)
     invoke.__signature__ = inspect.signature(lookup)  # type: ignore[attr-defined]
     sandbox.tools["lookup"] = invoke
     assert sandbox.execute("print(lookup('a'), lookup('b', 'x'), lookup('c', default='y'))") == "a=none b=x c=y"
+
+
+def test_tool_calls_between_executions_are_refused(sandbox: LocalSandbox, observer: RecordingObserver) -> None:
+    sandbox.tools["ping"] = lambda: "pong"
+    sandbox.execute(
+        "import threading, time\n"
+        "answers = []\n"
+        "def late():\n"
+        "    time.sleep(0.2)\n"
+        "    try:\n"
+        "        answers.append(ping())\n"
+        "    except RuntimeError as exc:\n"
+        "        answers.append(str(exc))\n"
+        "straggler = threading.Thread(target=late)\n"
+        "straggler.start()"
+    )
+    time.sleep(0.5)
+    assert sandbox.execute("straggler.join(); print(answers)") == (
+        "['host tools can only be called while an execution is running']"
+    )
+    assert observer.started == []

@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError, FinalOutput
@@ -19,7 +20,7 @@ from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreter
 from fleet_rlm.sandbox.base import SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.isolation import WORKSPACE_MOUNT, LaunchedWorker, Launcher, chown_tree
 from fleet_rlm.sandbox.output import CappedText, OutputPump
-from fleet_rlm.sandbox.protocol import decode_message, execute_message, write_all
+from fleet_rlm.sandbox.protocol import decode_message, encode_message, execute_message, write_all
 from fleet_rlm.sandbox.tool_calls import check_tool_names, run_tool_call
 from fleet_rlm.sandbox.variables import VariableCache
 
@@ -28,6 +29,15 @@ DEFAULT_START_TIMEOUT = 30.0
 _CLOSED = object()  # the worker's reply pipe ended
 _CANCELLED = object()  # interrupt() was called
 _SIGNALS = {int(signum): signum.name for signum in (signal.SIGKILL, signal.SIGXCPU, signal.SIGSEGV, signal.SIGXFSZ)}
+
+
+@dataclass(frozen=True)
+class _ActiveExecution:
+    """What tool calls of the running execution use: its tools and the caller's context variables."""
+
+    execution: int
+    tools: dict[str, Callable[..., Any]]
+    context: contextvars.Context
 
 
 class SandboxStartError(SandboxUnavailable, CodeInterpreterError):  # type: ignore[misc]
@@ -68,6 +78,7 @@ class LocalSandbox:
         self._execution = 0
         self._ended: str | None = None  # why the sandbox can no longer be used
         self._killed = False
+        self._active: _ActiveExecution | None = None
 
     @property
     def isolated(self) -> bool:
@@ -179,13 +190,17 @@ class LocalSandbox:
         message = execute_message(header, plan)
         assert self._pump is not None
         self._pump.begin()
-        self._send(message)
-        self._variables.commit(plan)
-        reply = self._await_result(self._execution, tools, time.monotonic() + timeout + self._interrupt_grace)
+        self._active = _ActiveExecution(self._execution, tools, contextvars.copy_context())
+        try:
+            self._send(message)
+            self._variables.commit(plan)
+            reply = self._await_result(self._execution, time.monotonic() + timeout + self._interrupt_grace)
+        finally:
+            self._active = None
         output = self._pump.finish()
         return self._outcome(reply, output, timeout)
 
-    def _await_result(self, execution: int, tools: dict[str, Callable[..., Any]], deadline: float) -> dict[str, Any]:
+    def _await_result(self, execution: int, deadline: float) -> dict[str, Any]:
         while True:
             message = self._next_message(deadline)
             if message is None:
@@ -196,14 +211,21 @@ class LocalSandbox:
                 )
             if not isinstance(message, dict):
                 self._fail(self._ended if message is _CANCELLED and self._ended else self._death_reason())
-            kind = message["type"]
-            if kind == "tool_call":
-                context = contextvars.copy_context()
-                threading.Thread(target=context.run, args=(self._serve_tool, tools, message), daemon=True).start()
-            elif kind == "result" and message.get("execution") == execution:
+            if message["type"] == "result" and message.get("execution") == execution:
                 return message
-            elif kind == "fatal":
+            if message["type"] == "fatal":
                 self._fail(f"the sandbox worker failed: {message.get('error')}")
+
+    def _dispatch_tool_call(self, request: dict[str, Any]) -> None:
+        """Run a tool call on its own thread, in the context of the execute() that is running."""
+        active = self._active
+        if active is None or request.get("execution") != active.execution:
+            error = "host tools can only be called while an execution is running"
+            with contextlib.suppress(CodeInterpreterError):
+                self._send(encode_message({"type": "tool_error", "id": request.get("id"), "error": error}))
+            return
+        context = active.context.copy()
+        threading.Thread(target=context.run, args=(self._serve_tool, active.tools, request), daemon=True).start()
 
     def _serve_tool(self, tools: dict[str, Callable[..., Any]], request: dict[str, Any]) -> None:
         reply = run_tool_call(tools, request, self.spec.observer)
@@ -243,7 +265,11 @@ class LocalSandbox:
         with os.fdopen(fd, "rb") as stream:
             try:
                 for line in stream:
-                    self._inbox.put(decode_message(line))
+                    message = decode_message(line)
+                    if message["type"] == "tool_call":
+                        self._dispatch_tool_call(message)
+                    else:
+                        self._inbox.put(message)
             except (OSError, ValueError) as exc:
                 self._inbox.put({"type": "fatal", "error": f"unreadable reply: {exc}"})
         self._inbox.put(_CLOSED)

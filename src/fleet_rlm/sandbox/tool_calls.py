@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import keyword
 import reprlib
 import time
@@ -18,6 +19,8 @@ from fleet_rlm.sandbox.protocol import encode_message
 
 RESERVED_TOOL_NAMES = frozenset({"SUBMIT", "__builtins__"})
 PREVIEW_CHARS = 200
+_CALL_PREFIX = uuid.uuid4().hex[:8]  # call ids are unique across processes, cheap within one
+_call_numbers = itertools.count(1)
 
 _preview_repr = reprlib.Repr()
 _preview_repr.maxstring = 80
@@ -52,7 +55,7 @@ def run_tool_call(tools: Mapping[str, Callable[..., Any]], request: dict[str, An
     name = str(request.get("name"))
     args = request.get("args") or []
     kwargs = request.get("kwargs") or {}
-    call_id = uuid.uuid4().hex[:16]
+    call_id = f"{_CALL_PREFIX}-{next(_call_numbers)}"
     observer.tool_started(call_id, name, preview(args, kwargs))
     started = time.monotonic()
     error: str | None = None

@@ -50,6 +50,25 @@ class Submission(BaseException):
         self.value = value
 
 
+class Waiter:
+    """One pending tool call: the asking thread blocks until the reader delivers the reply."""
+
+    __slots__ = ("_lock", "reply")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self.reply: dict[str, Any] | None = None
+
+    def deliver(self, reply: dict[str, Any] | None) -> None:
+        self.reply = reply
+        self._lock.release()
+
+    def wait(self) -> dict[str, Any] | None:
+        self._lock.acquire()  # interruptible: the watchdog's KeyboardInterrupt lands here too
+        return self.reply
+
+
 class Channel:
     """JSON lines to and from the host; tool replies are routed to the thread that asked."""
 
@@ -57,7 +76,7 @@ class Channel:
         self._reader = os.fdopen(cmd_fd, "rb")
         self._reply_fd = reply_fd
         self._send_lock = threading.Lock()
-        self._pending: dict[int, queue.Queue[dict[str, Any] | None]] = {}
+        self._pending: dict[int, Waiter] = {}
         self._pending_lock = threading.Lock()
         self._ids = itertools.count(1)
         self.commands: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -70,22 +89,24 @@ class Channel:
                 message = json.loads(line.decode("utf-8", "surrogatepass"))
                 if message.get("type") in ("tool_result", "tool_error"):
                     with self._pending_lock:
-                        waiter = self._pending.get(message.get("id"))
+                        waiter = self._pending.pop(message.get("id"), None)
                     if waiter is not None:  # else: the caller gave up (timeout); drop the late reply
-                        waiter.put(message)
+                        waiter.deliver(message)
                 else:
                     self.commands.put(message)
         except Exception as exc:  # a broken pipe or a malformed line: the session cannot continue
             self.commands.put({"type": "protocol_error", "error": f"{type(exc).__name__}: {exc}"})
         self.commands.put(None)
         with self._pending_lock:
-            waiters = list(self._pending.values())
+            waiters, self._pending = list(self._pending.values()), {}
         for waiter in waiters:
-            waiter.put(None)
+            waiter.deliver(None)
 
     def send(self, message: dict[str, Any]) -> None:
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
-        view = memoryview(data + b"\n")
+        self.send_encoded(encode(message))
+
+    def send_encoded(self, data: bytes) -> None:
+        view = memoryview(data)
         with self._send_lock:
             while view:
                 view = view[os.write(self._reply_fd, view) :]
@@ -94,17 +115,18 @@ class Channel:
         if os.getpid() != self.owner_pid:
             raise RuntimeError(f"host tool {name!r} can only be called from the sandbox's main process")
         call_id = next(self._ids)
-        waiter: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=1)
-        request = {"type": "tool_call", "id": call_id, "execution": execution, "name": name}
+        request = {"type": "tool_call", "id": call_id, "execution": execution, "name": name, "args": args}
+        request["kwargs"] = kwargs
         try:
-            request["args"], request["kwargs"] = json.loads(json.dumps([list(args), kwargs]))
+            data = encode(request)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"arguments to host tool {name!r} must be JSON-compatible: {exc}") from None
+        waiter = Waiter()
         with self._pending_lock:
             self._pending[call_id] = waiter
         try:
-            self.send(request)
-            reply = waiter.get()
+            self.send_encoded(data)
+            reply = waiter.wait()
         finally:
             with self._pending_lock:
                 self._pending.pop(call_id, None)
@@ -113,6 +135,11 @@ class Channel:
         if reply["type"] == "tool_error":
             raise RuntimeError(reply.get("error", "host tool failed"))
         return reply.get("value")
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8", "surrogatepass") + b"\n"
 
 
 class Watchdog:
