@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import dspy
-from dspy.streaming import StreamListener, StreamResponse
+from dspy.streaming import StatusMessageProvider, StreamListener, StreamResponse
 
 from fleet_rlm.engine.events import EventType
 from fleet_rlm.engine.observe import RLMCallbacks
@@ -32,13 +32,41 @@ def run_rlm(ctx: RouteContext) -> str:
     return str(prediction.answer)
 
 
+class _NoStatusMessages(StatusMessageProvider):  # type: ignore[misc]
+    """Fleet reports tool calls and iterations as its own events; DSPy's status messages would also
+    try to reach the stream from sandbox tool threads, which cannot."""
+
+    def tool_start_status_message(self, instance: Any, inputs: dict[str, Any]) -> None:
+        return None
+
+    def tool_end_status_message(self, outputs: Any) -> None:
+        return None
+
+    def module_start_status_message(self, instance: Any, inputs: dict[str, Any]) -> None:
+        return None
+
+    def module_end_status_message(self, outputs: Any) -> None:
+        return None
+
+    def lm_start_status_message(self, instance: Any, inputs: dict[str, Any]) -> None:
+        return None
+
+    def lm_end_status_message(self, outputs: Any) -> None:
+        return None
+
+
 DELTA_EVENTS = {"reasoning": EventType.REASONING_DELTA, "code": EventType.CODE_DELTA}
 
 
 async def stream_program(ctx: RouteContext, program: Any, predictor: Any, fields: tuple[str, ...]) -> Any:
     """Run ``program`` with DSPy streaming; pieces of ``fields`` written by ``predictor`` become delta events."""
     listeners = [StreamListener(name, predict=predictor, allow_reuse=True) for name in fields]
-    streaming = dspy.streamify(program, stream_listeners=listeners, include_final_prediction_in_output_stream=True)
+    streaming = dspy.streamify(
+        program,
+        status_message_provider=_NoStatusMessages(),
+        stream_listeners=listeners,
+        include_final_prediction_in_output_stream=True,
+    )
     prediction = None
     async for chunk in streaming(**ctx.inputs):
         if isinstance(chunk, StreamResponse):

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from .test_cli_run import fleet
+
+
+def test_doctor_smoke_runs_a_full_turn_without_a_model_provider(tmp_path: Path) -> None:
+    result = fleet(["doctor", "--smoke"], tmp_path, {})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "pass  configuration" in result.stdout
+    assert "pass  sandbox: local sandbox (bubblewrap) works" in result.stdout
+    assert "pass  smoke turn" in result.stdout
+    assert "FAIL  model endpoint: no model configured" in result.stdout
+
+
+def test_doctor_reports_an_unreachable_endpoint_with_the_fix(tmp_path: Path) -> None:
+    env = {"FLEET_LM_MODEL": "openai/x", "FLEET_LM_BASE_URL": "http://127.0.0.1:9/v1"}
+    result = fleet(["doctor"], tmp_path, env)
+    assert result.returncode == 1
+    assert "FAIL  model endpoint" in result.stdout
+    assert "fix: check FLEET_LM_BASE_URL" in result.stdout
+
+
+def test_doctor_names_a_bad_config_key(tmp_path: Path) -> None:
+    (tmp_path / "fleet.toml").write_text("no_such_setting = 1\n")
+    result = fleet(["doctor"], tmp_path, {})
+    assert result.returncode == 1
+    assert "FAIL  configuration" in result.stdout and "no_such_setting" in result.stdout
