@@ -156,12 +156,12 @@ def run(repeats: int) -> list[Row]:
 def render(rows: list[Row], repeats: int) -> str:
     lines = [
         f"local sandbox (bubblewrap) vs dspy.LocalInterpreter; medians over {repeats} repeats",
-        f"{'measure':<32}{'sandbox':>12}{'LocalInterp.':>14}{'ratio':>10}  {'target':<9}{'met':>4}",
+        f"{'measure':<32}{'sandbox':>12}{'LocalInterp.':>14}{'ratio':>12}  {'target':<9}{'met':>4}",
     ]
     for row in rows:
         ratio = row.ours / row.theirs if row.theirs else float("inf")
         lines.append(
-            f"{row.name:<32}{_ms(row.ours):>12}{_ms(row.theirs):>14}{ratio:>9.4g}x  {row.target:<9}"
+            f"{row.name:<32}{_ms(row.ours):>12}{_ms(row.theirs):>14}{ratio:>11.4g}x  {row.target:<9}"
             f"{'yes' if row.met else 'NO':>4}"
         )
     return "\n".join(lines)

@@ -19,6 +19,13 @@ def test_output_is_returned_and_state_persists(sandbox: LocalSandbox) -> None:
     assert sandbox.isolated
 
 
+def test_trailing_value_can_be_returned_as_dspy_interpreters_do(sandbox: LocalSandbox) -> None:
+    sandbox.return_trailing_value = True
+    assert sandbox.execute("print('shown')\n{'total': 2 + 3}") == {"total": 5}
+    assert sandbox.execute("print('only output')\nNone") == "only output"
+    assert sandbox.execute("object()").startswith("<object object at")  # not JSON: its repr
+
+
 def test_runtime_error_is_recoverable_and_names_the_line(sandbox: LocalSandbox) -> None:
     with pytest.raises(CodeExecutionError) as caught:
         sandbox.execute("print('before')\nitems = [1]\nitems[5]")

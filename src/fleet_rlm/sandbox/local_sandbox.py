@@ -64,6 +64,9 @@ class LocalSandbox:
         self.tools: dict[str, Callable[..., Any]] = {}
         self.output_fields: list[dict[str, Any]] | None = None
         self.bytes_sent = 0  # bytes written to the worker, so callers (and tests) can see what travels
+        # False: a trailing expression's value is printed, as in a REPL (what dspy.RLM shows the model).
+        # True: execute() returns it when it is not None, as DSPy's own interpreters do (dspy.Flex reads it).
+        self.return_trailing_value = False
         self._launcher = launcher
         self._interrupt_grace = interrupt_grace
         self._start_timeout = start_timeout
@@ -186,6 +189,7 @@ class LocalSandbox:
             "tools": list(tools),
             "output_fields": self.output_fields,
             "timeout": timeout,
+            "return_value": self.return_trailing_value,
         }
         message = execute_message(header, plan)
         assert self._pump is not None
@@ -237,7 +241,7 @@ class LocalSandbox:
         text = output.result()
         printed = f"{text}\n" if text else ""
         if status == "ok":
-            return text
+            return reply.get("value", text)
         if status == "final":
             return FinalOutput(reply.get("value"))
         if status == "syntax":

@@ -295,7 +295,7 @@ class Session:
         self.sources[filename] = code
         self.watchdog.arm(self.execution, request.get("timeout"))
         try:
-            outcome = self._run(body, tail)
+            outcome = self._run(body, tail, bool(request.get("return_value")))
         except KeyboardInterrupt:  # the deadline landed between user code and bookkeeping
             outcome = {"status": "timeout"}
         finally:
@@ -304,15 +304,18 @@ class Session:
             os._exit(0 if outcome["status"] in ("ok", "final") else 1)
         return outcome
 
-    def _run(self, body: Any, tail: Any) -> dict[str, Any]:
+    def _run(self, body: Any, tail: Any, return_value: bool) -> dict[str, Any]:
         watchdog = self.watchdog
         try:
             watchdog.running_user_code = True
             exec(body, self.namespace)
             value = eval(tail, self.namespace) if tail is not None else None
             watchdog.running_user_code = False
-            if value is not None:  # like a REPL: show the value of a trailing expression
-                sys.stdout.write(repr(value) + "\n")
+            if value is None:
+                return {"status": "ok"}
+            if return_value:  # as DSPy's interpreters do
+                return {"status": "ok", "value": jsonable(value)}
+            sys.stdout.write(repr(value) + "\n")  # like a REPL: show the value of a trailing expression
             return {"status": "ok"}
         except Submission as submission:
             watchdog.running_user_code = False
