@@ -1,0 +1,191 @@
+"""A small synchronous Python client of the HTTP API (used by ``fleet run --url`` and ``fleet sessions --url``).
+
+:meth:`FleetClient.follow` streams a turn's events and, if the connection drops, reconnects with
+``Last-Event-ID`` so no event is missed or repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import httpx
+
+from fleet_rlm.engine.events import Event
+
+API_PREFIX = "/api/v1"
+
+
+class ApiFailure(RuntimeError):
+    """The server answered with an error; ``code`` is its stable error code."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{message} ({code}, HTTP {status})")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def _check(response: httpx.Response) -> httpx.Response:
+    if response.is_success or response.status_code == 304:
+        return response
+    try:
+        body = response.json()
+        code, message = str(body["code"]), str(body["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = f"http_{response.status_code}", response.text[:200] or response.reason_phrase
+    raise ApiFailure(response.status_code, code, message)
+
+
+def parse_sse(lines: Iterator[str]) -> Iterator[dict[str, str]]:
+    """SSE frames as dicts of their fields (``id``, ``event``, ``data``); comments skipped."""
+    frame: dict[str, str] = {}
+    for line in lines:
+        if not line:
+            if frame:
+                yield frame
+                frame = {}
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        frame[name] = f"{frame[name]}\n{value}" if name == "data" and name in frame else value
+    if frame:
+        yield frame
+
+
+class FleetClient:
+    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.http = httpx.Client(base_url=self.base_url + API_PREFIX, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> FleetClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _json(self, method: str, url: str, **kwargs: Any) -> Any:
+        return _check(self.http.request(method, url, **kwargs)).json()
+
+    # Sessions ---------------------------------------------------------------------------------
+
+    def create_session(self, **fields: Any) -> dict[str, Any]:
+        return dict(self._json("POST", "/sessions", json=fields))
+
+    def sessions(self, *, limit: int = 200) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        offset: int | None = 0
+        while offset is not None:
+            page = self._json("GET", "/sessions", params={"limit": limit, "offset": offset})
+            found.extend(page["items"])
+            offset = page["next_offset"]
+        return found
+
+    def session(self, ref: str) -> dict[str, Any]:
+        return dict(self._json("GET", f"/sessions/{ref}"))
+
+    def delete_session(self, ref: str) -> None:
+        _check(self.http.delete(f"/sessions/{ref}"))
+
+    def export_session(self, ref: str, destination: Path) -> None:
+        with self.http.stream("GET", f"/sessions/{ref}/export") as response:
+            if not response.is_success:
+                response.read()
+                _check(response)
+            with destination.open("wb") as out:
+                for chunk in response.iter_bytes():
+                    out.write(chunk)
+
+    def import_session(self, archive: Path, *, name: str | None = None) -> dict[str, Any]:
+        with archive.open("rb") as handle:
+            data = {"name": name} if name else None
+            return dict(self._json("POST", "/sessions/import", files={"archive": (archive.name, handle)}, data=data))
+
+    # Files ------------------------------------------------------------------------------------
+
+    def upload(self, ref: str, source: Path | BinaryIO, path: str | None = None) -> dict[str, Any]:
+        data = {"path": path} if path else None
+        if isinstance(source, Path):
+            with source.open("rb") as handle:
+                return dict(
+                    self._json("POST", f"/sessions/{ref}/files", files={"file": (source.name, handle)}, data=data)
+                )
+        return dict(self._json("POST", f"/sessions/{ref}/files", files={"file": ("upload", source)}, data=data))
+
+    def files(self, ref: str) -> list[dict[str, Any]]:
+        return list(self._json("GET", f"/sessions/{ref}/files")["items"])
+
+    def download(self, ref: str, path: str) -> bytes:
+        return _check(self.http.get(f"/sessions/{ref}/files/{path}")).content
+
+    # Turns ------------------------------------------------------------------------------------
+
+    def submit_turn(
+        self, ref: str, message: str, *, idempotency_key: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        body = {"message": message, **{k: v for k, v in fields.items() if v is not None}}
+        return dict(self._json("POST", f"/sessions/{ref}/turns", json=body, headers=headers))
+
+    def turn(self, turn_id: str) -> dict[str, Any]:
+        return dict(self._json("GET", f"/turns/{turn_id}"))
+
+    def turns(self, ref: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        after: int | None = 0
+        while after is not None:
+            page = self._json("GET", f"/sessions/{ref}/turns", params={"after": after, "limit": 200})
+            found.extend(page["items"])
+            after = page["next_after"]
+        return found
+
+    def cancel(self, turn_id: str) -> dict[str, Any]:
+        return dict(self._json("POST", f"/turns/{turn_id}/cancel"))
+
+    def events(self, turn_id: str, after: int = 0) -> Iterator[Event]:
+        """One connection's worth of events (heartbeats skipped); ends at the terminal event or
+        when the connection ends."""
+        headers = {"Last-Event-ID": str(after)} if after else {}
+        timeout = httpx.Timeout(10.0, read=60.0)
+        with self.http.stream("GET", f"/turns/{turn_id}/events", headers=headers, timeout=timeout) as response:
+            if not response.is_success:
+                response.read()
+                _check(response)
+            for frame in parse_sse(response.iter_lines()):
+                if "id" not in frame or "data" not in frame:
+                    continue
+                event = Event.from_dict(json.loads(frame["data"]))
+                yield event
+                if event.terminal:
+                    return
+
+    def follow(self, turn_id: str, *, retries: int = 20) -> Iterator[Event]:
+        """Every event of the turn, in order, to the terminal one, reconnecting after drops."""
+        last = 0
+        failures = 0
+        while True:
+            progressed = False
+            try:
+                for event in self.events(turn_id, after=last):
+                    progressed = True
+                    last = event.seq
+                    yield event
+                    if event.terminal:
+                        return
+            except httpx.TransportError:
+                if failures >= retries:
+                    raise
+            failures = 0 if progressed else failures + 1
+            if failures > retries:
+                raise ApiFailure(0, "stream_ended", f"the event stream of turn {turn_id} ended before the turn did")
+            time.sleep(min(0.2 * failures, 2.0))

@@ -1,0 +1,94 @@
+"""Every error the API returns is JSON ``{"code", "message"}`` with a stable code; never a trace."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from fleet_rlm.store import Conflict, Invalid, NotFound, StoreError, TooLarge
+
+log = logging.getLogger(__name__)
+
+
+Responses = dict[int | str, dict[str, Any]]
+"""The type of FastAPI's ``responses=`` (documented error bodies)."""
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"code": code, "message": message}, status_code=status, headers=headers)
+
+
+_STATUS_OF_CODE = {"idempotency_key_reused": 422, "invalid_settings": 422, "invalid_request": 422}
+_HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "upload_too_large"}
+
+
+def _store_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StoreError)
+    if isinstance(exc, NotFound):
+        status = 404
+    elif isinstance(exc, Conflict):
+        status = 409
+    elif isinstance(exc, Invalid):
+        status = _STATUS_OF_CODE.get(exc.code, 400)
+    else:
+        status = 500
+    return error_response(status, exc.code, exc.message)
+
+
+def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors: list[Any] = list(exc.errors())
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        return error_response(400, "malformed_json", f"the request body is not valid JSON: {first.get('msg', '')}")
+    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "request"
+    return error_response(422, "invalid_request", f"{where}: {first.get('msg', 'invalid')}")
+
+
+def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
+
+
+def _api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.code, exc.message, exc.headers)
+
+
+def _too_large(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(413, "upload_too_large", f"the upload is {exc}")
+
+
+def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal_error", "the server failed to handle the request; see its log")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(StoreError, _store_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(TooLarge, _too_large)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import FileResponse
+from starlette.datastructures import UploadFile
+
+from fleet_rlm.api.deps import Service
+from fleet_rlm.api.errors import ApiError, ErrorBody, Responses
+from fleet_rlm.api.schemas import FileList, FileOut
+
+router = APIRouter(tags=["files"])
+MULTIPART_OVERHEAD = 64 * 1024  # headers and boundaries around the file part
+BAD_PATH: Responses = {
+    400: {"model": ErrorBody, "description": "The path is absolute, has '..' or is otherwise refused"}
+}
+NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such session or file"}}
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "path": {
+                            "type": "string",
+                            "description": "Where to put it, relative to files/ (default: the file's name)",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "/sessions/{session}/files",
+    status_code=201,
+    response_model=FileOut,
+    openapi_extra=UPLOAD_BODY,
+    responses={**BAD_PATH, **NOT_FOUND, 413: {"model": ErrorBody, "description": "Larger than the upload limit"}},
+)
+async def upload_file(session: str, request: Request, service: Service) -> FileOut:
+    """Upload one file (multipart field ``file``) into the session's ``files/``; replaces a file at the same path."""
+    limit_mb = service.settings.upload_limit_mb
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit_mb * 1024 * 1024 + MULTIPART_OVERHEAD:
+        raise ApiError(413, "upload_too_large", f"the upload is larger than the limit of {limit_mb} MiB")
+    await service.store.get_session(session)
+    async with request.form(max_files=1, max_fields=4) as form:
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise ApiError(422, "invalid_request", "the multipart field 'file' is required")
+        destination = form.get("path") or upload.filename
+        if not isinstance(destination, str) or not destination:
+            raise ApiError(422, "invalid_request", "give the file a name or a 'path' field")
+        record, kind = await service.upload_file(session, destination, upload.file, declared_type=upload.content_type)
+    return FileOut.of(record, str(kind))
+
+
+@router.get("/sessions/{session}/files", response_model=FileList, responses=NOT_FOUND)
+async def list_files(session: str, service: Service) -> FileList:
+    """Uploads, artifacts and memory files of the session."""
+    return FileList(items=[FileOut.of(record, str(kind)) for record, kind in await service.list_files(session)])
+
+
+@router.get(
+    "/sessions/{session}/files/{path:path}",
+    response_class=FileResponse,
+    responses={**BAD_PATH, **NOT_FOUND, 200: {"content": {"application/octet-stream": {}}}},
+)
+async def download_file(session: str, path: str, request: Request, service: Service) -> Response:
+    """The file's bytes; ``ETag`` is its sha256 (``If-None-Match`` gives 304)."""
+    record, blob = await service.file_for_download(session, path)
+    etag = f'"{record.sha256}"'
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers={"ETag": etag})
+    return FileResponse(
+        blob, media_type=record.media_type, filename=PurePosixPath(record.path).name, headers={"ETag": etag}
+    )
+
+
+@router.delete("/sessions/{session}/files/{path:path}", status_code=204, responses={**BAD_PATH, **NOT_FOUND})
+async def delete_file(session: str, path: str, service: Service) -> Response:
+    await service.delete_file(session, path)
+    return Response(status_code=204)

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from fleet_rlm.api.deps import Service
+from fleet_rlm.api.schemas import Check, Health, Ready
+
+router = APIRouter(tags=["health"])
+
+
+def _version() -> str:
+    try:
+        return version("fleet-rlm")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@router.get("/health", response_model=Health)
+async def health() -> Health:
+    """The process is up."""
+    return Health(version=_version())
+
+
+@router.get("/ready", response_model=Ready, responses={503: {"model": Ready}})
+async def ready(service: Service) -> JSONResponse:
+    """The database is reachable and the sandbox backend is usable (503 otherwise)."""
+    readiness = await service.readiness()
+    body = Ready(
+        ready=readiness.ok,
+        database=Check(ok=readiness.database.ok, message=readiness.database.message),
+        sandbox=Check(ok=readiness.sandbox.ok, message=readiness.sandbox.message),
+    )
+    return JSONResponse(body.model_dump(), status_code=200 if readiness.ok else 503)

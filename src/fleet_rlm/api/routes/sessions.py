@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import FileResponse
+from starlette.background import BackgroundTask
+from starlette.datastructures import UploadFile
+
+from fleet_rlm.api.deps import Service
+from fleet_rlm.api.errors import ApiError, ErrorBody, Responses
+from fleet_rlm.api.schemas import SessionCreate, SessionOut, SessionPage, SessionPatch
+
+router = APIRouter(tags=["sessions"])
+IMPORT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["archive"],
+                    "properties": {
+                        "archive": {"type": "string", "format": "binary"},
+                        "name": {
+                            "type": "string",
+                            "description": "Name for the new session (default: the archived one)",
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such session"}}
+
+
+@router.post("/sessions", status_code=201, response_model=SessionOut, responses={409: {"model": ErrorBody}})
+async def create_session(body: SessionCreate, service: Service) -> SessionOut:
+    record = await service.create_session(name=body.name, title=body.title, mode=body.mode, settings=body.settings)
+    return SessionOut.of(record)
+
+
+@router.get("/sessions", response_model=SessionPage)
+async def list_sessions(
+    service: Service,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> SessionPage:
+    """Sessions, most recently active first."""
+    records = await service.store.list_sessions(limit=limit + 1, offset=offset)
+    more = len(records) > limit
+    return SessionPage(items=[SessionOut.of(r) for r in records[:limit]], next_offset=offset + limit if more else None)
+
+
+@router.get("/sessions/{session}", response_model=SessionOut, responses=NOT_FOUND)
+async def get_session(session: str, service: Service) -> SessionOut:
+    """``session`` is the id or the unique name."""
+    return SessionOut.of(await service.store.get_session(session))
+
+
+@router.patch("/sessions/{session}", response_model=SessionOut, responses={**NOT_FOUND, 409: {"model": ErrorBody}})
+async def update_session(session: str, body: SessionPatch, service: Service) -> SessionOut:
+    """Change only the fields given."""
+    changes = body.model_dump(exclude_unset=True)
+    return SessionOut.of(await service.update_session(session, **changes))
+
+
+@router.delete("/sessions/{session}", status_code=204, responses={**NOT_FOUND, 409: {"model": ErrorBody}})
+async def delete_session(session: str, service: Service) -> Response:
+    """Delete the session with its turns, events and files (409 while a turn runs)."""
+    await service.delete_session(session)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/sessions/{session}/export",
+    response_class=FileResponse,
+    responses={**NOT_FOUND, 200: {"content": {"application/gzip": {}}, "description": "The session archive"}},
+)
+async def export_session(session: str, service: Service) -> FileResponse:
+    """One portable archive of the session: history with events, files, artifacts and memory."""
+    scratch = service.settings.data_dir / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    handle = tempfile.NamedTemporaryFile(dir=scratch, suffix=".tar.gz", delete=False)  # noqa: SIM115
+    path = Path(handle.name)
+    try:
+        with handle:
+            record = await service.export_session(session, handle)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return FileResponse(
+        path,
+        media_type="application/gzip",
+        filename=f"{record.name or record.id}.fleet.tar.gz",
+        background=BackgroundTask(path.unlink, missing_ok=True),
+    )
+
+
+@router.post(
+    "/sessions/import",
+    status_code=201,
+    response_model=SessionOut,
+    openapi_extra=IMPORT_BODY,
+    responses={400: {"model": ErrorBody, "description": "Not a valid session archive"}, 409: {"model": ErrorBody}},
+)
+async def import_session(request: Request, service: Service) -> SessionOut:
+    """Restore an exported archive (multipart field ``archive``) as a new session with a new id."""
+    async with request.form(max_files=1, max_fields=4) as form:
+        upload = form.get("archive")
+        if not isinstance(upload, UploadFile):
+            raise ApiError(422, "invalid_request", "the multipart field 'archive' is required")
+        name = form.get("name")
+        record = await service.import_session(upload.file, name=name if isinstance(name, str) and name else None)
+    return SessionOut.of(record)

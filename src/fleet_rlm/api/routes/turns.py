@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Response
+from fastapi.responses import StreamingResponse
+
+from fleet_rlm.api.deps import Service
+from fleet_rlm.api.errors import ApiError, ErrorBody, Responses
+from fleet_rlm.api.schemas import TurnCreate, TurnOut, TurnPage
+from fleet_rlm.api.sse import event_stream
+from fleet_rlm.service.service import TurnSubmission
+
+router = APIRouter(tags=["turns"])
+SESSION_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such session"}}
+TURN_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such turn"}}
+
+
+@router.post(
+    "/sessions/{session}/turns",
+    status_code=202,
+    response_model=TurnOut,
+    responses={
+        200: {"model": TurnOut, "description": "The turn this Idempotency-Key already created"},
+        409: {"model": ErrorBody, "description": "Another turn of the session is queued or running"},
+        **SESSION_NOT_FOUND,
+    },
+)
+async def submit_turn(
+    session: str,
+    body: TurnCreate,
+    service: Service,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> TurnOut:
+    """Start a turn; it runs detached from this request. Stream it from ``/turns/{id}/events``."""
+    submission = TurnSubmission(
+        message=body.message,
+        context_paths=body.context_paths,
+        mode=body.mode,
+        max_iterations=body.max_iterations,
+        max_model_calls=body.max_model_calls,
+        turn_timeout=body.turn_timeout,
+    )
+    turn, created = await service.submit_turn(session, submission, idempotency_key=idempotency_key)
+    response.headers["Location"] = f"/api/v1/turns/{turn.id}"
+    if not created:
+        response.status_code = 200
+    return TurnOut.of(turn)
+
+
+@router.get("/sessions/{session}/turns", response_model=TurnPage, responses=SESSION_NOT_FOUND)
+async def list_turns(
+    session: str,
+    service: Service,
+    after: Annotated[int, Query(ge=0, description="Only turns after this position")] = 0,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> TurnPage:
+    """The session's history, oldest first."""
+    turns = await service.list_turns(session, after=after, limit=limit + 1)
+    more = len(turns) > limit
+    page = turns[:limit]
+    return TurnPage(items=[TurnOut.of(t) for t in page], next_after=page[-1].position if more else None)
+
+
+@router.get("/turns/{turn_id}", response_model=TurnOut, responses=TURN_NOT_FOUND)
+async def get_turn(turn_id: str, service: Service) -> TurnOut:
+    return TurnOut.of(await service.store.get_turn(turn_id))
+
+
+@router.post(
+    "/turns/{turn_id}/cancel",
+    status_code=202,
+    response_model=TurnOut,
+    responses={**TURN_NOT_FOUND, 409: {"model": ErrorBody, "description": "The turn already ended"}},
+)
+async def cancel_turn(turn_id: str, service: Service) -> TurnOut:
+    """Ask a queued or running turn to stop; it ends ``cancelled`` within about a second."""
+    return TurnOut.of(await service.cancel_turn(turn_id))
+
+
+@router.get(
+    "/turns/{turn_id}/events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}, **TURN_NOT_FOUND},
+)
+async def turn_events(
+    turn_id: str,
+    service: Service,
+    last_event_id: Annotated[str | None, Header()] = None,
+    after: Annotated[int | None, Query(ge=0, description="Like Last-Event-ID: only events after this seq")] = None,
+) -> StreamingResponse:
+    """Server-sent events: replay from the start (or after ``Last-Event-ID``), then live to the
+    terminal event. A disconnect does not cancel the turn."""
+    after_seq = after or 0
+    if last_event_id is not None:
+        if not last_event_id.strip().isdigit():
+            raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be an event sequence number")
+        after_seq = int(last_event_id)
+    events = await service.events(turn_id, after_seq, idle=service.settings.sse_heartbeat_seconds)
+    return event_stream(events)

@@ -1,0 +1,144 @@
+"""Request and response bodies of the HTTP API (pydantic at the edge, records inside)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleet_rlm.config import Mode
+from fleet_rlm.store import FileRecord, SessionRecord, TurnRecord
+
+TurnStatus = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SessionCreate(_Strict):
+    name: str | None = Field(None, description="Unique name; usable instead of the id in every URL.")
+    title: str | None = Field(None, max_length=200)
+    mode: Mode | None = None
+    settings: dict[str, Any] = Field(default_factory=dict, description="Setting overrides for this session's turns.")
+
+
+class SessionPatch(_Strict):
+    name: str | None = None
+    title: str | None = Field(None, max_length=200)
+    mode: Mode | None = None
+    settings: dict[str, Any] | None = None
+
+
+class SessionOut(BaseModel):
+    id: str
+    name: str | None
+    title: str | None
+    mode: str | None
+    settings: dict[str, Any]
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+    @classmethod
+    def of(cls, record: SessionRecord) -> SessionOut:
+        return cls(**record.__dict__)
+
+
+class SessionPage(BaseModel):
+    items: list[SessionOut]
+    next_offset: int | None = Field(None, description="Pass as ?offset= for the next page; null at the end.")
+
+
+class FileOut(BaseModel):
+    path: str = Field(description="Relative to the workspace: files/..., artifacts/... or memory/...")
+    size: int
+    sha256: str
+    kind: str
+    media_type: str
+    origin: Literal["upload", "artifact", "memory"]
+    turn_id: str | None
+    updated_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, record: FileRecord, kind: str) -> FileOut:
+        return cls(
+            path=record.path,
+            size=record.size,
+            sha256=record.sha256,
+            kind=kind,
+            media_type=record.media_type,
+            origin=record.origin,  # type: ignore[arg-type]
+            turn_id=record.turn_id,
+            updated_at=record.updated_at,
+        )
+
+
+class FileList(BaseModel):
+    items: list[FileOut]
+
+
+class TurnCreate(_Strict):
+    message: str = Field(min_length=1, description="What the person asks.")
+    context_paths: list[str] = Field(default_factory=list, description="Workspace files the turn must focus on.")
+    mode: Mode | None = None
+    max_iterations: int | None = Field(None, gt=0)
+    max_model_calls: int | None = Field(None, gt=0)
+    turn_timeout: float | None = Field(None, gt=0)
+
+
+class TurnOut(BaseModel):
+    id: str
+    session_id: str
+    position: int
+    message: str
+    context_paths: list[str]
+    options: dict[str, Any]
+    status: TurnStatus
+    answer: str | None
+    error: str | None
+    usage: dict[str, Any]
+    artifacts: list[dict[str, Any]]
+    created_at: dt.datetime | None
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, record: TurnRecord) -> TurnOut:
+        return cls(
+            id=record.id,
+            session_id=record.session_id,
+            position=record.position,
+            message=record.message,
+            context_paths=record.context_paths,
+            options=record.options,
+            status=record.status,  # type: ignore[arg-type]
+            answer=record.answer,
+            error=record.error,
+            usage=record.usage,
+            artifacts=record.artifacts,
+            created_at=record.created_at,
+            started_at=record.started_at,
+            finished_at=record.finished_at,
+        )
+
+
+class TurnPage(BaseModel):
+    items: list[TurnOut]
+    next_after: int | None = Field(None, description="Pass as ?after= for the next page; null at the end.")
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    version: str
+
+
+class Check(BaseModel):
+    ok: bool
+    message: str
+
+
+class Ready(BaseModel):
+    ready: bool
+    database: Check
+    sandbox: Check

@@ -1,0 +1,55 @@
+"""Running the API with uvicorn (``fleet serve``; also ``python -m fleet_rlm.api.server``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import uvicorn
+
+from fleet_rlm.api.app import create_app
+from fleet_rlm.api.auth import is_loopback
+from fleet_rlm.config import ConfigError, Settings, load_settings
+
+GRACEFUL_SHUTDOWN_SECONDS = 5
+
+
+def check_bind(settings: Settings, host: str) -> None:
+    """Binding anything but loopback exposes the API: require a token then."""
+    if not is_loopback(host) and settings.api_token is None:
+        raise ConfigError(
+            f"refusing to listen on {host}: it is not a loopback address, so set FLEET_API_TOKEN "
+            "(clients then send 'Authorization: Bearer <token>'), or bind 127.0.0.1"
+        )
+
+
+def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
+    host = host or settings.server_host
+    port = port or settings.server_port
+    check_bind(settings, host)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fleet_rlm.api.server", description="Run Fleet's HTTP API.")
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    args = parser.parse_args(argv)
+    try:
+        serve(load_settings(), args.host, args.port)
+    except ConfigError as exc:
+        print(f"fleet serve: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

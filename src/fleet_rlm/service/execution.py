@@ -1,0 +1,210 @@
+"""One turn run by the server, from ``queued`` to its committed end.
+
+Steps: take a sandbox from the pool, copy the session's files into its workspace, mark the turn
+running, run the engine's turn (its events go live to followers and are stored in batches), then
+in one transaction commit the status, answer, usage, the last events with the terminal one, and
+(only when the turn completed) the artifacts and memory it wrote. Failed or cancelled turns leave
+the session's files as they were. The sandbox is torn down whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fleet_rlm.config import Settings
+from fleet_rlm.engine.events import Event, EventType, new_id
+from fleet_rlm.engine.turn import HistoryEntry, Turn, TurnOutcome, TurnRequest, build_turn
+from fleet_rlm.service.channel import TurnChannel
+from fleet_rlm.service.files import SessionFiles
+from fleet_rlm.service.pool import Lease, SandboxPool
+from fleet_rlm.service.writer import EventWriter
+from fleet_rlm.store import Conflict, FileChanges, SessionRecord, Store, TurnRecord
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_REASON = "the server shut down while the turn was running"
+TERMINAL_WAIT = 5.0
+TERMINAL_OF_STATUS = {
+    "completed": EventType.TURN_COMPLETED,
+    "failed": EventType.TURN_FAILED,
+    "cancelled": EventType.TURN_CANCELLED,
+    "interrupted": EventType.TURN_INTERRUPTED,
+}
+
+
+@dataclass
+class TurnPlan:
+    """Everything a turn needs that was decided when it was submitted."""
+
+    turn: TurnRecord
+    session: SessionRecord
+    settings: Settings
+
+
+class TurnExecution:
+    def __init__(
+        self, plan: TurnPlan, store: Store, files: SessionFiles, pool: SandboxPool, channel: TurnChannel
+    ) -> None:
+        self.plan = plan
+        self.turn_id = plan.turn.id
+        self.store = store
+        self.files = files
+        self.pool = pool
+        self.channel = channel
+        self.writer = EventWriter(store, self.turn_id, channel.publish)
+        self.loop = asyncio.get_running_loop()
+        self.engine_turn: Turn | None = None
+        self.cancel_requested = False
+        self.shutting_down = False
+        self.lease: Lease | None = None
+        self._terminal: Event | None = None
+        self._terminal_seen = asyncio.Event()
+        self._last_seq = 0
+        self._root_span = new_id("span")
+        self.submitted_at = time.monotonic()
+        self.task: asyncio.Task[None] | None = None
+
+    # Control ----------------------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        self.task = asyncio.create_task(self._run(), name=f"turn-{self.turn_id}")
+        return self.task
+
+    def cancel(self, *, shutdown: bool = False) -> None:
+        self.cancel_requested = True
+        self.shutting_down = self.shutting_down or shutdown
+        if self.engine_turn is not None:
+            self.engine_turn.cancel()
+
+    # Events -----------------------------------------------------------------------------------
+
+    def sink(self, event: Event) -> None:
+        """The engine's sink; called on engine threads and the loop alike."""
+        self.loop.call_soon_threadsafe(self._accept, event)
+
+    def _accept(self, event: Event) -> None:
+        self._last_seq = max(self._last_seq, event.seq)
+        if event.type is EventType.TURN_STARTED:
+            self._root_span = event.span_id
+        if event.terminal:
+            self._terminal = event  # published after the commit
+            self._terminal_seen.set()
+            return
+        self.writer.put(event)  # published to followers once stored
+
+    # The run ----------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            outcome, changes = await self._execute()
+            await self._commit(outcome, changes)
+        except Exception as exc:  # a bug or a dead database: the turn must still end
+            log.exception("turn %s: server error", self.turn_id)
+            await self._commit(TurnOutcome(status="failed", error=f"server error: {type(exc).__name__}: {exc}"), None)
+        finally:
+            await self.writer.close()
+            if self.lease is not None:
+                await self.pool.release(self.lease)
+
+    async def _execute(self) -> tuple[TurnOutcome, FileChanges | None]:
+        plan = self.plan
+        if self.cancel_requested:
+            return self._stopped_outcome(), None
+        self.lease = await self.pool.acquire(plan.session.id, self.turn_id)
+        records = await self.store.list_files(plan.session.id)
+        workspace = self.lease.workspace
+        placed = await asyncio.to_thread(self.files.materialize, plan.session.id, records, workspace)
+        await asyncio.to_thread(self.lease.hand_over_files)
+        history = await self.store.history(plan.session.id, before_position=plan.turn.position)
+        if self.cancel_requested or not await self.store.mark_running(self.turn_id):
+            return self._stopped_outcome(), None
+        options = plan.turn.options
+        request = TurnRequest(
+            task=plan.turn.message,
+            workspace=workspace.root,
+            turn_id=self.turn_id,
+            history=[HistoryEntry(message=t.message, answer=t.answer) for t in history],
+            context_paths=list(plan.turn.context_paths),
+            mode=options.get("mode") or plan.settings.mode,
+            max_iterations=options.get("max_iterations"),
+            max_model_calls=options.get("max_model_calls"),
+            turn_timeout=options.get("turn_timeout"),
+        )
+        self.engine_turn = build_turn(plan.settings, request, self.sink, backend=self.lease.backend)
+        if self.cancel_requested:
+            self.engine_turn.cancel()
+        outcome = await self.engine_turn.run()
+        try:
+            await asyncio.wait_for(self._terminal_seen.wait(), TERMINAL_WAIT)
+        except TimeoutError:
+            log.error("turn %s: the engine returned without a terminal event", self.turn_id)
+        if outcome.status != "completed":
+            return outcome, None
+        changes = await asyncio.to_thread(self.files.collect_changes, plan.session.id, workspace, placed)
+        return outcome, changes
+
+    def _stopped_outcome(self) -> TurnOutcome:
+        return TurnOutcome(status="cancelled", error="the turn was cancelled")
+
+    async def _commit(self, outcome: TurnOutcome, changes: FileChanges | None) -> None:
+        status: str = outcome.status
+        if self.shutting_down and status == "cancelled":
+            status, outcome.error = "interrupted", SHUTDOWN_REASON
+        terminal = self._terminal
+        if terminal is None or terminal.type is not TERMINAL_OF_STATUS[status]:
+            terminal = self._own_terminal(status, outcome)
+        unwritten = await self.writer.drain()
+        try:
+            await self._finish_with_retries(status, outcome, [*unwritten, terminal], changes)
+        except Conflict as exc:
+            log.warning("turn %s: %s", self.turn_id, exc)
+        except Exception:
+            # Followers still learn the end; the stored turn stays running until the next start-up
+            # marks it interrupted.
+            log.exception("turn %s: could not commit its end", self.turn_id)
+        self.channel.publish(terminal)
+
+    def _own_terminal(self, status: str, outcome: TurnOutcome) -> Event:
+        data: dict[str, Any] = {"usage": outcome.usage}
+        if status == "completed":
+            data.update(answer=outcome.answer, artifacts=outcome.artifacts)
+        else:
+            data["reason"] = outcome.error
+        return Event(
+            type=TERMINAL_OF_STATUS[status],
+            # Replaces the engine's own terminal event, if any (never published), in its place.
+            seq=self._terminal.seq if self._terminal is not None else self._last_seq + 1,
+            turn_id=self.turn_id,
+            ts=time.time(),
+            span_id=self._root_span,
+            parent_span_id=None,
+            data=data,
+        )
+
+    async def _finish_with_retries(
+        self, status: str, outcome: TurnOutcome, events: list[Event], changes: FileChanges | None
+    ) -> None:
+        for delay in (0.1, 0.5, 2.0, None):
+            try:
+                await self.store.finish_turn(
+                    self.turn_id,
+                    status=status,
+                    answer=outcome.answer,
+                    error=outcome.error,
+                    usage=outcome.usage,
+                    artifacts=outcome.artifacts,
+                    events=events,
+                    files=changes,
+                )
+                return
+            except Conflict:
+                raise
+            except Exception:
+                if delay is None:
+                    raise
+                log.warning("turn %s: commit failed, retrying", self.turn_id, exc_info=True)
+                await asyncio.sleep(delay)

@@ -1,0 +1,111 @@
+"""A session's files: uploads, downloads, and moving them in and out of a turn's workspace.
+
+Bytes live in the session's :class:`~fleet_rlm.store.BlobStore`, metadata in the database. A turn
+gets private copies in its sandbox's workspace (:func:`materialize`); when it completes, what it
+wrote under ``artifacts/`` and ``memory/`` is collected (:func:`collect_changes`) and committed
+with the turn. Files under ``files/`` are the person's uploads: a turn's edits there are not kept.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from fleet_rlm.store import BlobStore, FileChanges, FileRecord, Invalid
+from fleet_rlm.workspace.hashing import hash_file
+from fleet_rlm.workspace.kinds import FileKind, detect_kind
+from fleet_rlm.workspace.layout import ARTIFACTS, FILES, MEMORY, Workspace
+from fleet_rlm.workspace.paths import PathEscapeError, resolve_inside
+from fleet_rlm.workspace.walk import iter_files
+
+STORED_DIRS = (FILES, ARTIFACTS, MEMORY)
+KEPT_FROM_TURNS = {ARTIFACTS: "artifact", MEMORY: "memory"}
+_VIRTUAL_ROOT = Path("/nonexistent/fleet-workspace")  # never exists, so only the path's own text is judged
+_SAMPLE = 4096
+
+
+class BadPath(Invalid):
+    code = "invalid_path"
+
+
+def clean_path(rel: str, *, within: str | None = None) -> str:
+    """``rel`` normalized (``a//b/./c`` -> ``a/b/c``); raises BadPath for anything that is not a plain
+    relative path (absolute, ``..``, NUL, backslash, empty). With ``within``, relative to that dir."""
+    try:
+        resolved = resolve_inside(_VIRTUAL_ROOT / within if within else _VIRTUAL_ROOT, rel)
+    except PathEscapeError as exc:
+        raise BadPath(str(exc)) from exc
+    return resolved.relative_to(_VIRTUAL_ROOT).as_posix()
+
+
+def stored_path(rel: str) -> str:
+    """A path naming a stored file (``files/...``, ``artifacts/...`` or ``memory/...``)."""
+    clean = clean_path(rel)
+    if PurePosixPath(clean).parts[0] not in STORED_DIRS or "/" not in clean:
+        raise BadPath(f"refused path {rel!r}: session files live under {', '.join(d + '/' for d in STORED_DIRS)}")
+    return clean
+
+
+def media_type_of(path: str, declared: str | None = None) -> str:
+    guessed, _ = mimetypes.guess_type(path, strict=False)
+    if guessed:
+        return guessed
+    if declared and declared != "application/octet-stream":
+        return declared
+    return "application/octet-stream"
+
+
+@dataclass
+class SessionFiles:
+    blobs: BlobStore
+
+    def store_upload(self, session_id: str, rel: str, source: BinaryIO, limit: int, declared: str | None) -> FileRecord:
+        """Stream an upload into the blob store; the record is for ``files/<rel>``."""
+        path = clean_path(rel, within=FILES)
+        sha, size = self.blobs.put_stream(session_id, source, limit)
+        return FileRecord(path=path, size=size, sha256=sha, media_type=media_type_of(path, declared), origin="upload")
+
+    def blob_path(self, session_id: str, record: FileRecord) -> Path:
+        return self.blobs.path(session_id, record.sha256)
+
+    def kind(self, session_id: str, record: FileRecord) -> FileKind:
+        blob = self.blob_path(session_id, record)
+        try:
+            with blob.open("rb") as handle:
+                head = handle.read(_SAMPLE)
+                tail = b""
+                if record.size > _SAMPLE:
+                    handle.seek(max(_SAMPLE, record.size - _SAMPLE))
+                    tail = handle.read(_SAMPLE)
+        except OSError:
+            return FileKind.BINARY
+        return detect_kind(record.path, head, tail, head_is_whole_file=record.size <= _SAMPLE)
+
+    def materialize(self, session_id: str, records: list[FileRecord], workspace: Workspace) -> dict[str, str]:
+        """Copy the session's files into ``workspace``; returns path -> sha256 of what was put there."""
+        placed: dict[str, str] = {}
+        for record in records:
+            self.blobs.copy_out(session_id, record.sha256, workspace.resolve(record.path))
+            placed[record.path] = record.sha256
+        return placed
+
+    def collect_changes(self, session_id: str, workspace: Workspace, before: Mapping[str, str]) -> FileChanges:
+        """What the turn changed under ``artifacts/`` and ``memory/``, with new bytes already stored.
+
+        Symlinks leading out of the workspace are never followed (their target is not collected)."""
+        upserts: list[FileRecord] = []
+        seen: set[str] = set()
+        for top, origin in KEPT_FROM_TURNS.items():
+            for found in iter_files(workspace, under=top):
+                seen.add(found.rel)
+                if before.get(found.rel) == hash_file(found.path).sha256:
+                    continue
+                sha, size = self.blobs.put_file(session_id, found.path)
+                upserts.append(FileRecord(found.rel, size, sha, media_type_of(found.rel), origin))
+        deletions = sorted(
+            path for path in before if PurePosixPath(path).parts[0] in KEPT_FROM_TURNS and path not in seen
+        )
+        return FileChanges(upserts=upserts, deletions=deletions)

@@ -1,0 +1,281 @@
+"""A small pool of started sandboxes, so a turn's first execution does not wait for a cold start.
+
+Decision: every sandbox (pooled or cold) gets its own fresh workspace directory under
+``<data dir>/sandboxes/<sandbox id>/workspace``. When a turn takes one, the session's files are
+copied in (see :mod:`fleet_rlm.service.files`); when the turn ends, the artifacts and memory it
+wrote are copied back into the session's blob store with the turn's commit, and the sandbox and
+its directory are torn down. A sandbox is never reused by a second turn.
+
+Each directory carries ``label.json`` naming the server process (runner) and, once leased, the
+session and turn. At start-up, :meth:`SandboxPool.reap` removes every directory whose runner is
+dead, so no sandbox survives a crash unaccounted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet_rlm.engine.events import new_id
+from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxObserver, SandboxSpec
+from fleet_rlm.sandbox.isolation import chown_tree
+from fleet_rlm.workspace.layout import Workspace
+
+log = logging.getLogger(__name__)
+LABEL_FILE = "label.json"
+
+
+class SwitchableObserver:
+    """The observer a pooled sandbox is started with; the turn that takes it plugs in its own."""
+
+    def __init__(self) -> None:
+        self.target: SandboxObserver | None = None
+
+    def output(self, stream: str, text: str) -> None:
+        if self.target is not None:
+            self.target.output(stream, text)
+
+    def tool_started(self, call_id: str, name: str, arguments: str) -> None:
+        if self.target is not None:
+            self.target.tool_started(call_id, name, arguments)
+
+    def tool_finished(self, call_id: str, name: str, duration: float, error: str | None) -> None:
+        if self.target is not None:
+            self.target.tool_finished(call_id, name, duration, error)
+
+    def warning(self, message: str) -> None:
+        if self.target is not None:
+            self.target.warning(message)
+
+
+@dataclass
+class _Warm:
+    sandbox: Sandbox
+    observer: SwitchableObserver
+    labels: dict[str, str]
+
+
+class LeasedBackend(SandboxBackend):
+    """What one turn's engine sees: the first ``create`` for the lease's workspace returns the
+    pre-started sandbox; anything more (or with other limits) is created cold by the real backend.
+    Every sandbox made here is shut down when the lease is released."""
+
+    def __init__(self, inner: SandboxBackend, warm: _Warm | None, labels: dict[str, str]) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.execution_instructions = inner.execution_instructions
+        self._warm = warm
+        self._labels = labels
+        self._lock = threading.Lock()
+        self.made: list[Sandbox] = []
+
+    @property
+    def isolated(self) -> bool:
+        return self.inner.isolated
+
+    def check(self) -> Any:
+        return self.inner.check()
+
+    def create(self, spec: SandboxSpec) -> Sandbox:
+        with self._lock:
+            warm, self._warm = self._warm, None
+        if warm is not None and _same_place(warm.sandbox.spec, spec):
+            warm.observer.target = spec.observer
+            warm.labels.update(spec.labels)
+            sandbox = warm.sandbox
+        else:
+            if warm is not None:
+                self.made.append(warm.sandbox)
+            sandbox = self.inner.create(
+                SandboxSpec(spec.workspace, spec.limits, {**self._labels, **spec.labels}, spec.observer)
+            )
+        with self._lock:
+            self.made.append(sandbox)
+        return sandbox
+
+    def warm_uid(self) -> int | None:
+        """The uid the pre-started sandbox runs as, if it has one of its own."""
+        with self._lock:
+            warm = self._warm
+        uid = getattr(warm.sandbox, "worker_uid", None) if warm is not None else None
+        return uid if isinstance(uid, int) else None
+
+    def unused_warm(self) -> Sandbox | None:
+        with self._lock:
+            warm, self._warm = self._warm, None
+        return warm.sandbox if warm is not None else None
+
+
+def _same_place(started: SandboxSpec, wanted: SandboxSpec) -> bool:
+    return started.workspace.resolve() == wanted.workspace.resolve() and started.limits == wanted.limits
+
+
+@dataclass
+class Lease:
+    sandbox_id: str
+    directory: Path
+    workspace: Workspace
+    backend: LeasedBackend
+    session_id: str
+    turn_id: str
+    warm: bool
+    acquire_seconds: float
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def hand_over_files(self) -> None:
+        """Files copied in after the warm sandbox started belong to root; give them to the
+        sandbox's own user so its code can change them (a cold sandbox does this as it starts)."""
+        uid = self.backend.warm_uid()
+        if uid is not None:
+            chown_tree(self.workspace.root, uid)
+
+
+class SandboxPool:
+    def __init__(self, backend: SandboxBackend, root: Path, size: int, limits: SandboxLimits, runner: str) -> None:
+        self.backend = backend
+        self.root = root
+        self.size = size
+        self.limits = limits
+        self.runner = runner
+        self._idle: list[tuple[str, _Warm]] = []
+        self._starting = 0
+        self._closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.last_error: str | None = None
+
+    # Lifecycle --------------------------------------------------------------------------------
+
+    def reap(self, runner_is_dead: Callable[[str | None], bool]) -> list[dict[str, Any]]:
+        """Remove sandbox directories left by dead server processes; returns their labels."""
+        reaped: list[dict[str, Any]] = []
+        if not self.root.is_dir():
+            return reaped
+        for directory in self.root.iterdir():
+            label = _read_label(directory)
+            if runner_is_dead(label.get("runner")):
+                shutil.rmtree(directory, ignore_errors=True)
+                reaped.append({"sandbox": directory.name, **label})
+        for label in reaped:
+            log.warning("reaped sandbox %s left by %s", label["sandbox"], label.get("runner"))
+        return reaped
+
+    def start(self) -> None:
+        self._refill()
+
+    async def close(self) -> None:
+        self._closed = True
+        # Not cancelled: a start in progress runs on in its thread; awaited, it tears its sandbox down.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        idle, self._idle = self._idle, []
+        await asyncio.gather(*(self._destroy(sandbox_id, [warm.sandbox]) for sandbox_id, warm in idle))
+
+    @property
+    def idle_count(self) -> int:
+        return len(self._idle)
+
+    # Leasing ----------------------------------------------------------------------------------
+
+    async def acquire(self, session_id: str, turn_id: str) -> Lease:
+        started = time.perf_counter()
+        labels = {"runner": self.runner, "session": session_id, "turn": turn_id}
+        if self._idle:
+            sandbox_id, warm = self._idle.pop(0)
+        else:
+            sandbox_id, warm = new_id("sbx"), None
+        directory = self.root / sandbox_id
+        workspace = Workspace.create(directory / "workspace")
+        _write_label(directory, {**labels, "sandbox": sandbox_id})
+        if warm is not None:
+            warm.labels.update(labels)
+        self._refill()
+        backend = LeasedBackend(self.backend, warm, labels)
+        return Lease(
+            sandbox_id=sandbox_id,
+            directory=directory,
+            workspace=workspace,
+            backend=backend,
+            session_id=session_id,
+            turn_id=turn_id,
+            warm=warm is not None,
+            acquire_seconds=time.perf_counter() - started,
+            labels=labels,
+        )
+
+    async def release(self, lease: Lease) -> None:
+        """Tear down every sandbox the lease's turn used and remove its directory."""
+        sandboxes = list(lease.backend.made)
+        unused = lease.backend.unused_warm()
+        if unused is not None:
+            sandboxes.append(unused)
+        await self._destroy(lease.sandbox_id, sandboxes)
+
+    async def _destroy(self, sandbox_id: str, sandboxes: list[Sandbox]) -> None:
+        def teardown() -> None:
+            for sandbox in sandboxes:
+                try:
+                    sandbox.shutdown()
+                except Exception as exc:
+                    log.warning("sandbox %s: shutdown failed: %s", sandbox_id, exc)
+            shutil.rmtree(self.root / sandbox_id, ignore_errors=True)
+
+        await asyncio.to_thread(teardown)
+
+    # Warm sandboxes ---------------------------------------------------------------------------
+
+    def _refill(self) -> None:
+        while not self._closed and len(self._idle) + self._starting < self.size:
+            self._starting += 1
+            task = asyncio.create_task(self._start_one(), name="sandbox-pool-fill")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _start_one(self) -> None:
+        sandbox_id = new_id("sbx")
+        directory = self.root / sandbox_id
+        try:
+            warm = await asyncio.to_thread(self._start_warm, sandbox_id, directory)
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.error("could not start a pooled sandbox: %s", self.last_error)
+            shutil.rmtree(directory, ignore_errors=True)
+            return
+        finally:
+            self._starting -= 1
+        if self._closed:
+            await self._destroy(sandbox_id, [warm.sandbox])
+            return
+        self.last_error = None
+        self._idle.append((sandbox_id, warm))
+
+    def _start_warm(self, sandbox_id: str, directory: Path) -> _Warm:
+        workspace = Workspace.create(directory / "workspace")
+        labels = {"runner": self.runner, "sandbox": sandbox_id}
+        _write_label(directory, labels)
+        observer = SwitchableObserver()
+        sandbox = self.backend.create(SandboxSpec(workspace.root, self.limits, labels, observer))
+        sandbox.start()
+        return _Warm(sandbox, observer, labels)
+
+
+def _write_label(directory: Path, label: dict[str, str]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    temp = directory / f".{LABEL_FILE}.tmp"
+    temp.write_text(json.dumps(label))
+    temp.replace(directory / LABEL_FILE)
+
+
+def _read_label(directory: Path) -> dict[str, Any]:
+    with contextlib.suppress(OSError, ValueError):
+        label = json.loads((directory / LABEL_FILE).read_text())
+        if isinstance(label, dict):
+            return label
+    return {}

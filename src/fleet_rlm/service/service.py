@@ -1,0 +1,333 @@
+"""Fleet as a durable service: sessions, files and turns over the store, turns run in the background.
+
+The API layer (and ``fleet sessions``) call this; it owns the running turns of this process, their
+live event channels and the sandbox pool. At start-up it migrates the database, marks turns left
+running by dead processes ``interrupted``, reaps their sandboxes and drops unreferenced file bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from fleet_rlm.config import Settings
+from fleet_rlm.engine.events import Event
+from fleet_rlm.engine.turn import default_backend
+from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits
+from fleet_rlm.service import archive
+from fleet_rlm.service.channel import ChannelRegistry
+from fleet_rlm.service.execution import TurnExecution, TurnPlan
+from fleet_rlm.service.files import SessionFiles, clean_path, stored_path
+from fleet_rlm.service.overrides import check_session_settings, effective_settings
+from fleet_rlm.service.pool import SandboxPool
+from fleet_rlm.service.runners import is_dead, new_runner_id
+from fleet_rlm.store import (
+    BlobStore,
+    Conflict,
+    Database,
+    FileRecord,
+    Invalid,
+    SessionRecord,
+    Store,
+    TurnRecord,
+)
+from fleet_rlm.workspace.kinds import FileKind
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED_REASON = "the server process running the turn stopped before the turn ended"
+STORED_POLL_SECONDS = 0.5
+SHUTDOWN_GRACE_SECONDS = 10.0
+SANDBOX_CHECK_TTL_SECONDS = 60.0
+
+
+@dataclass
+class TurnSubmission:
+    message: str
+    context_paths: list[str] = field(default_factory=list)
+    mode: str | None = None
+    max_iterations: int | None = None
+    max_model_calls: int | None = None
+    turn_timeout: float | None = None
+
+    def options(self) -> dict[str, Any]:
+        values = {
+            "mode": self.mode,
+            "max_iterations": self.max_iterations,
+            "max_model_calls": self.max_model_calls,
+            "turn_timeout": self.turn_timeout,
+        }
+        return check_session_settings({k: v for k, v in values.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class Readiness:
+    database: BackendCheck
+    sandbox: BackendCheck
+
+    @property
+    def ok(self) -> bool:
+        return self.database.ok and self.sandbox.ok
+
+
+class FleetService:
+    def __init__(
+        self, settings: Settings, *, database: Database | None = None, backend: SandboxBackend | None = None
+    ) -> None:
+        self.settings = settings
+        self.database = database or Database.from_settings(settings)
+        self.store = Store(self.database)
+        self.blobs = BlobStore(settings.data_dir / "sessions")
+        self.files = SessionFiles(self.blobs)
+        self.runner = new_runner_id()
+        self._backend = backend
+        self._pool: SandboxPool | None = None
+        self.channels = ChannelRegistry()
+        self.executions: dict[str, TurnExecution] = {}
+        self.interrupted_at_start: list[TurnRecord] = []
+        self.reaped_at_start: list[dict[str, Any]] = []
+        self._sandbox_ok_until = 0.0
+
+    @property
+    def backend(self) -> SandboxBackend:
+        if self._backend is None:
+            self._backend = default_backend(self.settings)
+        return self._backend
+
+    @property
+    def pool(self) -> SandboxPool:
+        if self._pool is None:
+            self._pool = SandboxPool(
+                self.backend,
+                self.settings.data_dir / "sandboxes",
+                self.settings.sandbox_pool_size,
+                SandboxLimits.from_settings(self.settings),
+                self.runner,
+            )
+        return self._pool
+
+    # Lifecycle --------------------------------------------------------------------------------
+
+    async def start(self, *, run_turns: bool = True) -> None:
+        """Migrate and reconcile; with ``run_turns`` also warm the sandbox pool (a server does;
+        ``fleet sessions`` does not)."""
+        await self.database.migrate()
+        self.interrupted_at_start = await self.store.interrupt_turns(
+            lambda turn: is_dead(turn.runner, self.runner), INTERRUPTED_REASON
+        )
+        for turn in self.interrupted_at_start:
+            log.warning("turn %s of session %s was left %s: now interrupted", turn.id, turn.session_id, "running")
+        if run_turns:
+            self.reaped_at_start = self.pool.reap(lambda runner: is_dead(runner, self.runner))
+            await self._collect_garbage()
+            self.pool.start()
+
+    async def _collect_garbage(self) -> None:
+        known = await self.store.session_ids()
+        for session_id in self.blobs.session_ids():
+            if session_id not in known:
+                await asyncio.to_thread(self.blobs.remove_session, session_id)
+            else:
+                keep = await self.store.referenced_blobs(session_id)
+                await asyncio.to_thread(self.blobs.collect_garbage, session_id, keep)
+
+    async def stop(self) -> None:
+        """Stop running turns (they end ``interrupted``), tear the pool down, close the database."""
+        executions = list(self.executions.values())
+        for execution in executions:
+            execution.cancel(shutdown=True)
+        tasks = [e.task for e in executions if e.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_SECONDS)
+        if self._pool is not None:
+            await self._pool.close()
+        await self.database.dispose()
+
+    async def readiness(self) -> Readiness:
+        try:
+            await self.database.ping()
+            database = BackendCheck(True, f"database reachable ({self.database.url.get_backend_name()})")
+        except Exception as exc:
+            database = BackendCheck(False, f"database unreachable: {type(exc).__name__}: {exc}")
+        sandbox = await self._sandbox_check()
+        if sandbox.ok and self._pool is not None and self._pool.last_error and not self._pool.idle_count:
+            sandbox = BackendCheck(False, f"sandboxes fail to start: {self._pool.last_error}")
+        return Readiness(database=database, sandbox=sandbox)
+
+    async def _sandbox_check(self) -> BackendCheck:
+        """The backend's own check (it starts a sandbox), remembered for a while once it passes."""
+        now = time.monotonic()
+        if self._sandbox_ok_until > now:
+            return BackendCheck(True, "sandbox backend usable")
+        try:
+            check = await asyncio.to_thread(self.backend.check)
+        except Exception as exc:
+            check = BackendCheck(False, f"sandbox backend unusable: {type(exc).__name__}: {exc}")
+        if check.ok:
+            self._sandbox_ok_until = now + SANDBOX_CHECK_TTL_SECONDS
+        return check
+
+    # Sessions ---------------------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        name: str | None = None,
+        title: str | None = None,
+        mode: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> SessionRecord:
+        checked = check_session_settings(settings)
+        if mode is not None:
+            check_session_settings({"mode": mode})
+        return await self.store.create_session(name=name, title=title, mode=mode, settings=checked)
+
+    async def update_session(self, ref: str, **changes: Any) -> SessionRecord:
+        if "settings" in changes:
+            changes["settings"] = check_session_settings(changes["settings"])
+        if changes.get("mode") is not None:
+            check_session_settings({"mode": changes["mode"]})
+        return await self.store.update_session(ref, **changes)
+
+    async def delete_session(self, ref: str) -> SessionRecord:
+        record = await self.store.delete_session(ref)
+        await asyncio.to_thread(self.blobs.remove_session, record.id)
+        return record
+
+    # Files ------------------------------------------------------------------------------------
+
+    async def upload_file(
+        self, session_ref: str, rel: str, source: Any, *, declared_type: str | None = None
+    ) -> tuple[FileRecord, FileKind]:
+        """Store ``source`` at ``files/<rel>`` (replacing what was there); returns it and its kind."""
+        session = await self.store.get_session(session_ref)
+        limit = self.settings.upload_limit_mb * 1024 * 1024
+        record = await asyncio.to_thread(self.files.store_upload, session.id, rel, source, limit, declared_type)
+        stored = await self.store.put_file(session.id, record)
+        return stored, await asyncio.to_thread(self.files.kind, session.id, stored)
+
+    async def list_files(self, session_ref: str) -> list[tuple[FileRecord, FileKind]]:
+        session = await self.store.get_session(session_ref)
+        records = await self.store.list_files(session.id)
+        kinds = await asyncio.to_thread(lambda: [self.files.kind(session.id, r) for r in records])
+        return list(zip(records, kinds, strict=True))
+
+    async def file_for_download(self, session_ref: str, rel: str) -> tuple[FileRecord, Path]:
+        path = stored_path(rel)
+        session = await self.store.get_session(session_ref)
+        record = await self.store.get_file(session.id, path)
+        return record, self.files.blob_path(session.id, record)
+
+    async def delete_file(self, session_ref: str, rel: str) -> FileRecord:
+        """Forget a file; its bytes are dropped at the next start-up if nothing else uses them."""
+        path = stored_path(rel)
+        session = await self.store.get_session(session_ref)
+        return await self.store.delete_file(session.id, path)
+
+    async def export_session(self, ref: str, destination: IO[bytes]) -> SessionRecord:
+        """Write the session's portable archive (history, events, files, artifacts, memory)."""
+        return await archive.export_session(self.store, self.blobs, ref, destination)
+
+    async def import_session(self, source: IO[bytes], *, name: str | None = None) -> SessionRecord:
+        """Restore an archive as a new session under a new id."""
+        return await archive.import_session(self.store, self.blobs, source, name=name)
+
+    # Turns ------------------------------------------------------------------------------------
+
+    async def submit_turn(
+        self, session_ref: str, submission: TurnSubmission, *, idempotency_key: str | None = None
+    ) -> tuple[TurnRecord, bool]:
+        """Queue a turn and start it in the background; returns it and whether it is new."""
+        if not submission.message.strip():
+            raise Invalid("the message is empty", code="invalid_request")
+        context_paths = [clean_path(p) for p in submission.context_paths]
+        options = submission.options()
+        session = await self.store.get_session(session_ref)
+        turn, created = await self.store.create_turn(
+            session.id,
+            submission.message,
+            context_paths=context_paths,
+            options=options,
+            idempotency_key=idempotency_key,
+            runner=self.runner,
+        )
+        if created:
+            settings = effective_settings(self.settings, {"mode": session.mode}, session.settings, options)
+            plan = TurnPlan(turn=turn, session=session, settings=settings)
+            execution = TurnExecution(plan, self.store, self.files, self.pool, self.channels.open(turn.id))
+            self.executions[turn.id] = execution
+            execution.start().add_done_callback(lambda _task: self._forget(turn.id))
+        return turn, created
+
+    def _forget(self, turn_id: str) -> None:
+        self.executions.pop(turn_id, None)
+        self.channels.discard(turn_id)
+
+    async def list_turns(self, session_ref: str, *, after: int = 0, limit: int = 50) -> list[TurnRecord]:
+        session = await self.store.get_session(session_ref)
+        return await self.store.list_turns(session.id, after=after, limit=limit)
+
+    async def cancel_turn(self, turn_id: str) -> TurnRecord:
+        execution = self.executions.get(turn_id)
+        if execution is not None:
+            execution.cancel()
+            return await self.store.get_turn(turn_id)
+        turn = await self.store.get_turn(turn_id)
+        if turn.active:
+            raise Conflict(f"turn {turn_id} is run by another server process ({turn.runner})", code="turn_elsewhere")
+        raise Conflict(f"turn {turn_id} already ended as {turn.status}", code="turn_not_active")
+
+    async def events(
+        self, turn_id: str, after_seq: int = 0, *, idle: float | None = None
+    ) -> AsyncIterator[Event | None]:
+        """A turn's events after ``after_seq``: replayed, then live until the terminal event.
+        Yields ``None`` after ``idle`` seconds without an event. Raises NotFound up front."""
+        channel = self.channels.get(turn_id)
+        if channel is None:
+            await self.store.get_turn(turn_id)
+        return self._events(turn_id, after_seq, idle)
+
+    async def _events(self, turn_id: str, after_seq: int, idle: float | None) -> AsyncIterator[Event | None]:
+        last = after_seq
+        quiet = 0.0
+        while True:
+            channel = self.channels.get(turn_id)
+            if channel is not None:
+                async for item in channel.follow(last, idle):
+                    yield item
+                return
+            stored = await self.store.events_after(turn_id, last, limit=500)
+            for event in stored:
+                yield event
+                last = event.seq
+                if event.terminal:
+                    return
+            if stored:
+                quiet = 0.0
+                continue
+            # Nothing stored after ``last``: finished (no terminal stored, e.g. legacy), or run
+            # by another process, whose progress we can only poll.
+            turn = await self.store.get_turn(turn_id)
+            if not turn.active and self.channels.get(turn_id) is None:
+                if not await self.store.events_after(turn_id, last, limit=1):
+                    return
+                continue
+            await asyncio.sleep(STORED_POLL_SECONDS)
+            quiet += STORED_POLL_SECONDS
+            if idle is not None and quiet >= idle:
+                quiet = 0.0
+                yield None
+
+    async def wait_for_turn(self, turn_id: str) -> TurnRecord:
+        """Block until the turn ends (tests and the CLI use this)."""
+        execution = self.executions.get(turn_id)
+        if execution is not None and execution.task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(execution.task)
+        return await self.store.get_turn(turn_id)

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_rlm.config import Settings
+from fleet_rlm.testing.scripted_model import ScriptedModelServer
+from fleet_rlm.testing.settings import scripted_settings
+from tests.store.databases import database_url, postgres_databases
+
+from .server import RunningServer, server_in_thread
+
+__all__ = ["database_url", "postgres_databases"]
+
+SettingsFactory = Callable[..., Settings]
+
+
+@pytest.fixture
+def make_settings(model_server: ScriptedModelServer, home: Path, database_url: str) -> SettingsFactory:
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {"database_url": database_url, "sandbox_pool_size": 1, "sse_heartbeat_seconds": 15}
+        values.update(overrides)
+        return scripted_settings(model_server, home, **values)
+
+    return make
+
+
+@pytest.fixture
+def start_server(make_settings: SettingsFactory) -> Iterator[Callable[..., AbstractContextManager[RunningServer]]]:
+    def start(**overrides: Any) -> AbstractContextManager[RunningServer]:
+        return server_in_thread(make_settings(**overrides))
+
+    yield start
+
+
+@pytest.fixture
+def api(make_settings: SettingsFactory) -> Iterator[RunningServer]:
+    with server_in_thread(make_settings()) as server:
+        yield server

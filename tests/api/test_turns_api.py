@@ -1,0 +1,188 @@
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import threading
+
+import httpx
+
+from fleet_rlm.api.client import parse_sse
+from fleet_rlm.testing.scripted_model import Reply, ScriptedModelServer, rlm_step
+
+from .conftest import SettingsFactory
+from .server import RunningServer, server_in_thread
+
+SALES = b"region,quarter,revenue\nnorth,Q1,100\nsouth,Q1,80\nnorth,Q2,70\nsouth,Q2,120\neast,Q2,5\n"
+READ = """import csv
+rows = list(csv.DictReader(open('files/sales.csv')))
+totals = {}
+for row in rows:
+    totals[row['region']] = totals.get(row['region'], 0) + int(row['revenue'])
+print(totals)"""
+SAVE = """with open('artifacts/revenue_by_region.csv', 'w') as f:
+    f.write('region,revenue\\n')
+    for region in sorted(totals):
+        f.write(f'{region},{totals[region]}\\n')
+SUBMIT(answer=', '.join(f'{r}: {t}' for r, t in sorted(totals.items())))"""
+SLOW = "print('started', flush=True)\nimport time\ntime.sleep(30)"
+
+
+def read_frames(response: httpx.Response, stop_after: int | None = None) -> list[dict[str, str]]:
+    frames = []
+    for frame in parse_sse(response.iter_lines()):
+        frames.append(frame)
+        if frame.get("event", "").startswith("turn.") and frame["event"] != "turn.started":
+            break
+        if stop_after is not None and len([f for f in frames if "id" in f]) >= stop_after:
+            break
+    return frames
+
+
+def test_csv_turn_end_to_end(api: RunningServer, model_server: ScriptedModelServer) -> None:
+    model_server.script("root", rlm_step("Read the sales.", READ), rlm_step("Save them.", SAVE))
+    with api.http() as http:
+        http.post("/sessions", json={"name": "sales"})
+        http.post("/sessions/sales/files", files={"file": ("sales.csv", SALES, "text/csv")})
+        accepted = http.post(
+            "/sessions/sales/turns",
+            json={
+                "message": "Revenue by region; save artifacts/revenue_by_region.csv",
+                "context_paths": ["files/sales.csv"],
+            },
+            headers={"Idempotency-Key": "first-try"},
+        )
+        assert accepted.status_code == 202, accepted.text
+        turn_id = accepted.json()["id"]
+        assert accepted.headers["location"] == f"/api/v1/turns/{turn_id}"
+
+        with http.stream("GET", f"/turns/{turn_id}/events") as live:
+            assert live.headers["content-type"].startswith("text/event-stream")
+            assert live.headers["cache-control"] == "no-cache"
+            assert live.headers["x-accel-buffering"] == "no"
+            frames = [f for f in read_frames(live) if "id" in f]
+        ids = [int(f["id"]) for f in frames]
+        assert ids == list(range(1, len(ids) + 1))
+        for frame in frames:
+            assert json.loads(frame["data"])["type"] == frame["event"]
+        assert frames[0]["event"] == "turn.started" and frames[-1]["event"] == "turn.completed"
+        assert {"iteration.started", "code", "output", "artifact.created"} <= {f["event"] for f in frames}
+
+        turn = http.get(f"/turns/{turn_id}").json()
+        assert turn["status"] == "completed"
+        assert turn["answer"] == "east: 5, north: 170, south: 200"
+        assert turn["usage"]["root_calls"] == 2
+
+        artifact = http.get("/sessions/sales/files/artifacts/revenue_by_region.csv")
+        rows = list(csv.DictReader(io.StringIO(artifact.text)))
+        assert {r["region"]: int(r["revenue"]) for r in rows} == {"east": 5, "north": 170, "south": 200}
+        digest = hashlib.sha256(artifact.content).hexdigest()
+        assert artifact.headers["etag"] == f'"{digest}"'
+        assert turn["artifacts"] == [
+            {"path": "artifacts/revenue_by_region.csv", "size": len(artifact.content), "sha256": digest}
+        ]
+        listed = {f["path"]: f for f in http.get("/sessions/sales/files").json()["items"]}
+        assert listed["artifacts/revenue_by_region.csv"]["origin"] == "artifact"
+
+        with http.stream("GET", f"/turns/{turn_id}/events") as replay:
+            replayed = [f for f in read_frames(replay) if "id" in f]
+        assert replayed == frames
+
+        again = http.post(
+            "/sessions/sales/turns",
+            json={
+                "message": "Revenue by region; save artifacts/revenue_by_region.csv",
+                "context_paths": ["files/sales.csv"],
+            },
+            headers={"Idempotency-Key": "first-try"},
+        )
+        assert again.status_code == 200 and again.json()["id"] == turn_id
+        history = http.get("/sessions/sales/turns").json()
+        assert [t["id"] for t in history["items"]] == [turn_id] and history["next_after"] is None
+
+
+def test_reconnecting_with_last_event_id_misses_nothing(api: RunningServer, model_server: ScriptedModelServer) -> None:
+    steps = [Reply(text=rlm_step(f"Step {i}.", f"print('step {i}')"), delay=0.15) for i in range(4)]
+    model_server.script("root", *steps, Reply(text=rlm_step("Done.", "SUBMIT(answer='ok')"), delay=0.15))
+    with api.http() as http:
+        http.post("/sessions", json={"name": "s"})
+        turn_id = http.post("/sessions/s/turns", json={"message": "count"}).json()["id"]
+        with http.stream("GET", f"/turns/{turn_id}/events") as first:
+            head = [f for f in read_frames(first, stop_after=3) if "id" in f]
+        assert [int(f["id"]) for f in head] == [1, 2, 3]
+        assert http.get(f"/turns/{turn_id}").json()["status"] == "running"
+        with http.stream("GET", f"/turns/{turn_id}/events", headers={"Last-Event-ID": head[-1]["id"]}) as second:
+            tail = [f for f in read_frames(second) if "id" in f]
+        with http.stream("GET", f"/turns/{turn_id}/events") as full:
+            everything = [f for f in read_frames(full) if "id" in f]
+    assert head + tail == everything
+    assert everything[-1]["event"] == "turn.completed"
+    assert sum(1 for f in everything if f["event"] == "iteration.started") == 5
+
+
+def test_cancel_conflict_and_detached_turns(api: RunningServer, model_server: ScriptedModelServer) -> None:
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    with api.http() as http:
+        http.post("/sessions", json={"name": "s"})
+        turn_id = http.post("/sessions/s/turns", json={"message": "slow"}).json()["id"]
+        with http.stream("GET", f"/turns/{turn_id}/events") as stream:
+            for frame in parse_sse(stream.iter_lines()):
+                if frame.get("event") == "output" and "started" in frame["data"]:
+                    break  # the connection closes here: the turn must keep running
+        assert http.get(f"/turns/{turn_id}").json()["status"] == "running"
+
+        conflict = http.post("/sessions/s/turns", json={"message": "meanwhile"})
+        assert conflict.status_code == 409 and conflict.json()["code"] == "turn_in_progress"
+        busy = http.delete("/sessions/s")
+        assert busy.status_code == 409 and busy.json()["code"] == "session_busy"
+
+        assert http.post(f"/turns/{turn_id}/cancel").status_code == 202
+        with http.stream("GET", f"/turns/{turn_id}/events") as stream:
+            frames = [f for f in read_frames(stream) if "id" in f]
+        assert frames[-1]["event"] == "turn.cancelled"
+        assert http.get(f"/turns/{turn_id}").json()["status"] == "cancelled"
+        again = http.post(f"/turns/{turn_id}/cancel")
+        assert again.status_code == 409 and again.json()["code"] == "turn_not_active"
+
+        model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='fine')"))
+        next_id = http.post("/sessions/s/turns", json={"message": "now"}).json()["id"]
+        with http.stream("GET", f"/turns/{next_id}/events") as stream:
+            assert [f for f in read_frames(stream) if "id" in f][-1]["event"] == "turn.completed"
+
+
+def test_quiet_turns_get_heartbeats_without_ids(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    model_server.script("root", Reply(text=rlm_step("Slow model.", "SUBMIT(answer='ok')"), delay=1.0))
+    with server_in_thread(make_settings(sse_heartbeat_seconds=0.2)) as api, api.http() as http:
+        http.post("/sessions", json={"name": "s"})
+        turn_id = http.post("/sessions/s/turns", json={"message": "x"}).json()["id"]
+        with http.stream("GET", f"/turns/{turn_id}/events") as stream:
+            frames = read_frames(stream)
+    beats = [f for f in frames if f.get("event") == "heartbeat"]
+    assert len(beats) >= 2
+    assert all("id" not in f for f in beats)
+    assert frames[-1]["event"] == "turn.completed"
+
+
+def test_concurrent_submissions_start_exactly_one_turn(api: RunningServer, model_server: ScriptedModelServer) -> None:
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    with api.http() as http:
+        http.post("/sessions", json={"name": "s"})
+    statuses: list[int] = []
+
+    def submit() -> None:
+        with api.http() as http:
+            statuses.append(http.post("/sessions/s/turns", json={"message": "race"}).status_code)
+
+    threads = [threading.Thread(target=submit) for _ in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(statuses) == [202, 409, 409, 409, 409]
+    with api.http() as http:
+        running = http.get("/sessions/s/turns").json()["items"]
+        assert len(running) == 1
+        http.post(f"/turns/{running[0]['id']}/cancel")

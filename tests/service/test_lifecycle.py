@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from fleet_rlm.engine.events import Event, EventType
+from fleet_rlm.service.service import FleetService, TurnSubmission
+from fleet_rlm.store import Conflict, Database, Store
+from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+
+from .conftest import SettingsFactory
+
+pytestmark = pytest.mark.anyio
+
+SLOW = "print('started', flush=True)\nimport time\ntime.sleep(30)\nSUBMIT(answer='too late')"
+
+
+async def wait_for_output(service: FleetService, turn_id: str, text: str) -> list[Event]:
+    seen: list[Event] = []
+    async for event in await service.events(turn_id):
+        if event is None:
+            continue
+        seen.append(event)
+        if event.type is EventType.OUTPUT and text in str(event.data.get("text")):
+            return seen
+        assert not event.terminal, f"turn ended before printing {text!r}: {event.data}"
+    raise AssertionError("stream ended")
+
+
+async def test_cancel_stops_a_running_turn_and_commits_no_files(
+    service: FleetService, model_server: ScriptedModelServer
+) -> None:
+    await service.create_session(name="s")
+    model_server.script("root", rlm_step("Slow.", "open('artifacts/partial.txt','w').write('x')\n" + SLOW))
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="slow"))
+    await wait_for_output(service, turn.id, "started")
+    with pytest.raises(Conflict) as busy:
+        await service.submit_turn("s", TurnSubmission(message="another"))
+    assert busy.value.code == "turn_in_progress"
+    await service.cancel_turn(turn.id)
+    done = await service.wait_for_turn(turn.id)
+    assert done.status == "cancelled"
+    events = await service.store.events_after(turn.id)
+    assert events[-1].type is EventType.TURN_CANCELLED
+    assert await service.list_files("s") == []
+    with pytest.raises(Conflict) as ended:
+        await service.cancel_turn(turn.id)
+    assert ended.value.code == "turn_not_active"
+
+
+async def test_followers_replay_from_any_point_live_and_after_the_end(
+    service: FleetService, model_server: ScriptedModelServer
+) -> None:
+    await service.create_session(name="s")
+    model_server.script("root", rlm_step("Go.", "print('a')"), rlm_step("Done.", "SUBMIT(answer='ok')"))
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="x"))
+    live = [e async for e in await service.events(turn.id) if e is not None]
+    await service.wait_for_turn(turn.id)
+    seqs = [e.seq for e in live]
+    assert seqs == list(range(1, len(seqs) + 1))
+    replayed = [e async for e in await service.events(turn.id, after_seq=3) if e is not None]
+    assert [e.seq for e in replayed] == seqs[3:]
+    assert [e.to_dict() for e in replayed] == [e.to_dict() for e in live[3:]]
+
+
+async def test_turn_sandbox_is_labelled_then_torn_down_and_symlinks_out_are_not_kept(
+    service: FleetService, model_server: ScriptedModelServer
+) -> None:
+    session = await service.create_session(name="s")
+    code = (
+        "import os\nos.symlink('/etc/passwd', 'artifacts/passwd')\nopen('artifacts/ok.txt','w').write('ok')\n"
+        "print('started', flush=True)\nimport time\ntime.sleep(0.5)\nSUBMIT(answer='done')"
+    )
+    model_server.script("root", rlm_step("Go.", code))
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="x"))
+    await wait_for_output(service, turn.id, "started")
+    sandboxes = service.settings.data_dir / "sandboxes"
+    labels = [json.loads(p.read_text()) for p in sandboxes.glob("*/label.json")]
+    mine = [label for label in labels if label.get("turn") == turn.id]
+    assert len(mine) == 1 and mine[0]["session"] == session.id and mine[0]["runner"] == service.runner
+    done = await service.wait_for_turn(turn.id)
+    assert done.status == "completed", done.error
+    assert not (sandboxes / mine[0]["sandbox"]).exists()
+    assert [r.path for r, _ in await service.list_files("s")] == ["artifacts/ok.txt"]
+
+
+async def test_stopping_the_server_interrupts_running_turns(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    settings = make_settings()
+    service = FleetService(settings, database=Database(str(settings.database_url)))
+    await service.start()
+    await service.create_session(name="s")
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="slow"))
+    await wait_for_output(service, turn.id, "started")
+    await service.stop()
+
+    store = Store(Database(str(settings.database_url)))
+    stored = await store.get_turn(turn.id)
+    events = await store.events_after(turn.id)
+    await store.db.dispose()
+    assert stored.status == "interrupted"
+    assert [e.type for e in events if e.terminal] == [EventType.TURN_INTERRUPTED]
+    assert "shut down" in events[-1].data["reason"]
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+async def test_start_up_interrupts_turns_of_dead_processes_and_reaps_their_sandboxes(
+    make_settings: SettingsFactory,
+) -> None:
+    settings = make_settings(sandbox_pool_size=0)
+    database = Database(str(settings.database_url))
+    await database.migrate()
+    store = Store(database)
+    session = await store.create_session(name="s")
+    dead = f"{socket.gethostname()}:{dead_pid()}:gone"
+    orphan, _ = await store.create_turn(session.id, "was running", runner=dead)
+    await store.mark_running(orphan.id)
+    started = Event(EventType.TURN_STARTED, 1, orphan.id, 1.0, "span_x", None, {})
+    await store.append_events([started])
+    elsewhere = await store.create_session(name="other-host")
+    remote, _ = await store.create_turn(elsewhere.id, "on another machine", runner="elsewhere:1:abc")
+    await database.dispose()
+    leftover = settings.data_dir / "sandboxes" / "sbx_dead"
+    leftover.mkdir(parents=True)
+    (leftover / "label.json").write_text(json.dumps({"runner": dead, "turn": orphan.id}))
+
+    service = FleetService(settings, database=Database(str(settings.database_url)))
+    await service.start()
+    try:
+        assert [t.id for t in service.interrupted_at_start] == [orphan.id]
+        assert [r["sandbox"] for r in service.reaped_at_start] == ["sbx_dead"]
+        assert not leftover.exists()
+        events = await service.store.events_after(orphan.id)
+        assert [(e.seq, e.type) for e in events] == [(1, EventType.TURN_STARTED), (2, EventType.TURN_INTERRUPTED)]
+        assert events[-1].span_id == "span_x"
+        assert (await service.store.get_turn(remote.id)).status == "queued"
+        replay = [e async for e in await service.events(orphan.id) if e is not None]
+        assert replay[-1].type is EventType.TURN_INTERRUPTED
+    finally:
+        await service.stop()
