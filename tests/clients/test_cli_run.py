@@ -29,6 +29,7 @@ def model_env(server: ScriptedModelServer) -> dict[str, str]:
         "FLEET_LM_BASE_URL": server.base_url,
         "FLEET_LM_API_KEY": "scripted",
         "FLEET_SUB_LM_MODEL": "openai/sub",
+        "FLEET_MODE": "rlm",
     }
 
 

@@ -21,6 +21,8 @@ def scripted_settings(server: ScriptedModelServer, home: Path, **overrides: Any)
         "lm_api_key": "scripted",
         "sub_lm_model": f"openai/{SUB_MODEL}",
         "lm_num_retries": 0,
+        # Scripts are written as RLM steps; a test of triage asks for mode="hybrid" itself.
+        "mode": "rlm",
         "turn_timeout": 60.0,
         "execution_timeout": 20.0,
     }

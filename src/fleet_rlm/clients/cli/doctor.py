@@ -95,6 +95,7 @@ def smoke_turn(settings: Settings) -> Check:
                 "sub_lm_base_url": None,
                 "sub_lm_api_key": None,
                 "max_iterations": 4,
+                "mode": "rlm",
                 "turn_timeout": 60.0,
             }
         )
