@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from fleet_rlm.engine.program import render_history
 from fleet_rlm.engine.routes.context import RouteContext
 from fleet_rlm.engine.routes.select import RouteRefused, run_route, select_route
 from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxSpec
+from fleet_rlm.workspace.hashing import hash_file
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.manifest import build_manifest, render_manifest
 from fleet_rlm.workspace.snapshot import changed_since, snapshot
@@ -103,6 +105,7 @@ class Turn:
         self._artifacts_before = snapshot(self.workspace)
         self._announced: dict[str, tuple[int, int]] = {}
         self._started = time.monotonic()
+        self._scratch_root = settings.data_dir / "children" / self.turn_id
 
     # -- control -------------------------------------------------------------------------------
 
@@ -218,7 +221,7 @@ class Turn:
             lm=build_lm(self.settings),
             sub_lm=build_lm(self.settings, sub=True),
             register_sandbox=self._register_sandbox,
-            scratch_root=self.settings.data_dir / "children" / self.turn_id,
+            scratch_root=self._scratch_root,
         )
 
     def _register_sandbox(self, sandbox: Sandbox) -> None:
@@ -279,6 +282,7 @@ class Turn:
 
     def _finish(self, outcome: TurnOutcome) -> TurnOutcome:
         self._kill_sandboxes()
+        shutil.rmtree(self._scratch_root, ignore_errors=True)
         if outcome.status == "completed":
             self._announce_artifacts()
         outcome.artifacts = self._artifact_records()
@@ -296,12 +300,12 @@ class Turn:
         return outcome
 
     def _artifact_records(self) -> list[dict[str, Any]]:
-        entries = {e.path: e for e in build_manifest(self.workspace)}
-        return [
-            {"path": path, "size": entries[path].size, "sha256": entries[path].sha256}
-            for path in sorted(self._announced)
-            if path in entries
-        ]
+        records = []
+        for path in sorted(self._announced):
+            file = self.workspace.root / path
+            if file.is_file():
+                records.append({"path": path, "size": file.stat().st_size, "sha256": hash_file(file).sha256})
+        return records
 
     def _usage(self) -> dict[str, Any]:
         calls = dict(self.budget.calls)

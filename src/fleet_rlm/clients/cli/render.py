@@ -1,7 +1,11 @@
 """Rendering a turn's events in a terminal: reasoning dimmed, code highlighted, output, tool calls.
 
-Shared by ``fleet run`` and the interactive client. Deltas are printed as they arrive; the full
-``reasoning``/``code`` events that follow them are then skipped so nothing shows twice.
+Shared by ``fleet run`` and the interactive client (``fleet chat``). Deltas are printed as they
+arrive; the full ``reasoning``/``code`` events that follow them are then skipped so nothing shows
+twice. Child agents are indented under the parent that spawned them, following ``span_id`` /
+``parent_span_id``. With ``line_buffered`` (used under a live status line, which can only sit below
+whole lines) streamed text is printed a line at a time and the unfinished line is kept in
+:attr:`EventRenderer.pending`.
 """
 
 from __future__ import annotations
@@ -9,13 +13,17 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markdown import Markdown
 from rich.padding import Padding
+from rich.rule import Rule
 from rich.syntax import Syntax
 from rich.text import Text
 
 from fleet_rlm.engine.events import Event, EventType
+
+INDENT_PER_LEVEL = 4
+PREVIEW_CHARS = 80
 
 
 def human_size(size: int) -> str:
@@ -27,86 +35,159 @@ def human_size(size: int) -> str:
     return f"{size} B"
 
 
+def preview(text: str, width: int = PREVIEW_CHARS) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+class SpanLevels:
+    """How deep in child agents each span sits: 0 for the turn's own work, 1 inside a child, ..."""
+
+    def __init__(self) -> None:
+        self._levels: dict[str, int] = {}
+
+    def level_of(self, event: Event) -> int:
+        """The level to draw ``event`` at (a ``child.started`` is drawn at its parent's level)."""
+        if event.span_id in self._levels:
+            known = self._levels[event.span_id]
+            return known - 1 if event.type in (EventType.CHILD_STARTED, EventType.CHILD_FINISHED) else known
+        parent = self._levels.get(event.parent_span_id or "", 0)
+        own = parent + 1 if event.type is EventType.CHILD_STARTED else parent
+        self._levels[event.span_id] = own
+        return parent if event.type is EventType.CHILD_STARTED else own
+
+
 class EventRenderer:
     """Prints events to a rich console; children are indented under their parent span."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, *, line_buffered: bool = False) -> None:
         self.console = console
+        self.line_buffered = line_buffered
+        self.levels = SpanLevels()
+        self.pending = Text()
+        self._pending_indent = 0
         self._streamed: set[tuple[str, str]] = set()
-        self._open_delta: str | None = None
+        self._open_stream: tuple[str, str] | None = None
+        self._at_line_start = True
+        self._tool_arguments: dict[str, str] = {}
 
-    def _end_delta(self) -> None:
-        if self._open_delta is not None:
+    def _print(self, renderable: RenderableType, level: int) -> None:
+        indent = level * INDENT_PER_LEVEL
+        self.console.print(Padding(renderable, (0, 0, 0, indent)) if indent else renderable)
+
+    def _end_stream(self) -> None:
+        if self._open_stream is None:
+            return
+        if self.line_buffered:
+            if self.pending.plain:
+                self._print(self.pending, self._pending_indent)
+            self.pending = Text()
+        elif not self._at_line_start:
             self.console.print()
-            self._open_delta = None
+        self._at_line_start = True
+        self._open_stream = None
+
+    def _stream(self, key: tuple[str, str], text: str, style: str, level: int, heading: str | None) -> None:
+        if self._open_stream != key:
+            self._end_stream()
+            if heading:
+                self._print(Text(heading, style="dim"), level)
+            self._open_stream = key
+            self._pending_indent = level
+        if not self.line_buffered:
+            if level:
+                margin = " " * (level * INDENT_PER_LEVEL)
+                text = (margin if self._at_line_start else "") + text.replace("\n", "\n" + margin)
+                text = text.removesuffix(margin) if text.endswith("\n" + margin) else text
+            if text:
+                self.console.print(Text(text, style=style), end="")
+                self._at_line_start = text.endswith("\n")
+            return
+        self.pending.append(text, style=style)
+        while "\n" in self.pending.plain:
+            line, _, rest = self.pending.plain.partition("\n")
+            self._print(Text(line, style=style), level)
+            self.pending = Text(rest, style=style)
 
     def render(self, event: Event) -> None:
         kind = event.type
         data = event.data
+        level = self.levels.level_of(event)
         if kind in (EventType.REASONING_DELTA, EventType.CODE_DELTA):
             field = "reasoning" if kind is EventType.REASONING_DELTA else "code"
             self._streamed.add((event.span_id, field))
-            if self._open_delta != field:
-                self._end_delta()
-                self.console.print(Text("· thinking" if field == "reasoning" else "· writing code", style="dim"))
-                self._open_delta = field
-            self.console.print(Text(str(data.get("text", "")), style="dim" if field == "reasoning" else "cyan"), end="")
+            heading = "· thinking" if field == "reasoning" else "· writing code"
+            self._stream(
+                (event.span_id, field),
+                str(data.get("text", "")),
+                "dim" if field == "reasoning" else "cyan",
+                level,
+                heading,
+            )
             return
-        self._end_delta()
+        if kind is EventType.OUTPUT:
+            style = "red" if data.get("stream") == "stderr" else ""
+            self._stream((event.span_id, f"output:{data.get('stream')}"), str(data.get("text", "")), style, level, None)
+            return
+        self._end_stream()
+        for renderable in self._renderables(event):
+            self._print(renderable, level)
+
+    def _renderables(self, event: Event) -> list[RenderableType]:
+        kind = event.type
+        data = event.data
         if kind is EventType.TURN_STARTED:
             sandbox = data.get("sandbox", {})
-            self.console.print(Text(f"▶ {data.get('task', '')}", style="bold"))
-            self.console.print(
-                Text(f"  sandbox {sandbox.get('backend')} (isolated: {sandbox.get('isolated')})", style="dim")
-            )
-        elif kind is EventType.ITERATION_STARTED:
-            self.console.rule(Text(f"iteration {data.get('iteration')}/{data.get('max_iterations')}", style="dim"))
-        elif kind is EventType.REASONING:
-            if (event.span_id, "reasoning") not in self._streamed:
-                self.console.print(Text(str(data.get("text", "")), style="dim italic"))
-        elif kind is EventType.CODE:
-            self.console.print(Syntax(str(data.get("code", "")), "python", theme="ansi_dark", line_numbers=False))
-        elif kind is EventType.OUTPUT:
-            style = "red" if data.get("stream") == "stderr" else ""
-            self.console.print(Text(str(data.get("text", "")), style=style), end="")
-        elif kind is EventType.TOOL_STARTED:
-            self.console.print(Text(f"  ↳ {data.get('name')}({data.get('arguments', '')})", style="magenta"))
-        elif kind is EventType.TOOL_FINISHED:
-            status = f"failed: {data['error']}" if data.get("error") else "ok"
-            self.console.print(Text(f"  ↲ {data.get('name')} {status} in {data.get('duration', 0):.2f}s", style="dim"))
-        elif kind is EventType.ARTIFACT_CREATED:
-            self.console.print(Text(f"  ✚ {data.get('path')} ({human_size(int(data.get('size', 0)))})", style="green"))
-        elif kind is EventType.ROUTE_SELECTED:
-            self.console.print(Text(f"  route: {data.get('route')} — {data.get('reason', '')}", style="dim"))
-        elif kind is EventType.CHILD_STARTED:
-            self.console.print(Text(f"  ⇢ child {data.get('child_id')}: {data.get('task', '')}", style="blue"))
-        elif kind is EventType.CHILD_FINISHED:
-            self.console.print(
-                Text(
-                    f"  ⇠ child {data.get('child_id')} {data.get('outcome')} in {data.get('duration', 0):.1f}s",
-                    style="blue",
-                )
-            )
-        elif kind in (EventType.WARNING, EventType.BUDGET_EXHAUSTED):
+            return [
+                Text(f"▶ {data.get('task', '')}", style="bold"),
+                Text(f"  sandbox {sandbox.get('backend')} (isolated: {sandbox.get('isolated')})", style="dim"),
+            ]
+        if kind is EventType.ITERATION_STARTED:
+            return [Rule(Text(f"iteration {data.get('iteration')}/{data.get('max_iterations')}", style="dim"))]
+        if kind is EventType.REASONING:
+            if (event.span_id, "reasoning") in self._streamed:
+                return []
+            return [Text(str(data.get("text", "")), style="dim italic")]
+        if kind is EventType.CODE:
+            return [Syntax(str(data.get("code", "")), "python", theme="ansi_dark", line_numbers=False)]
+        if kind is EventType.TOOL_STARTED:
+            self._tool_arguments[str(data.get("call_id"))] = str(data.get("arguments", ""))
+            return []
+        if kind is EventType.TOOL_FINISHED:
+            arguments = preview(self._tool_arguments.pop(str(data.get("call_id")), ""))
+            status = f"failed: {data['error']}" if data.get("error") else ""
+            line = Text(f"  ↳ {data.get('name')}({arguments})", style="magenta")
+            line.append(f" {data.get('duration', 0):.2f}s", style="dim")
+            if status:
+                line.append(f" {status}", style="red")
+            return [line]
+        if kind is EventType.ARTIFACT_CREATED:
+            return [Text(f"  ✚ {data.get('path')} ({human_size(int(data.get('size', 0)))})", style="green")]
+        if kind is EventType.ROUTE_SELECTED:
+            return [Text(f"  route: {data.get('route')} — {data.get('reason', '')}", style="dim")]
+        if kind is EventType.CHILD_STARTED:
+            return [Text(f"  ⇢ child {data.get('child_id')}: {preview(str(data.get('task', '')))}", style="blue")]
+        if kind is EventType.CHILD_FINISHED:
+            outcome = f"{data.get('outcome')} in {data.get('duration', 0):.1f}s"
+            return [Text(f"  ⇠ child {data.get('child_id')} {outcome}", style="blue")]
+        if kind in (EventType.WARNING, EventType.BUDGET_EXHAUSTED):
             message = data.get("message") or f"budget exhausted: {data.get('budget')} (limit {data.get('limit')})"
-            self.console.print(Text(f"⚠ {message}", style="yellow"))
-        elif kind is EventType.TURN_COMPLETED:
-            self.console.rule(style="green")
-            self.console.print(Markdown(str(data.get("answer") or "")))
+            return [Text(f"⚠ {message}", style="yellow")]
+        if kind is EventType.TURN_COMPLETED:
+            shown: list[RenderableType] = [Rule(style="green"), Markdown(str(data.get("answer") or ""))]
             artifacts = data.get("artifacts") or []
             if artifacts:
-                self.console.print(Text("Artifacts:", style="bold"))
-                for artifact in artifacts:
-                    self.console.print(
-                        Padding(Text(f"{artifact['path']}  {human_size(int(artifact['size']))}"), (0, 2))
-                    )
-            self.console.print(Text(usage_line(data.get("usage") or {}), style="dim"))
-        elif kind is EventType.TURN_FAILED:
-            self.console.print(Text(f"✗ turn failed: {data.get('reason')}", style="bold red"))
-        elif kind is EventType.TURN_CANCELLED:
-            self.console.print(Text("✗ turn cancelled", style="bold yellow"))
-        elif kind is EventType.TURN_INTERRUPTED:
-            self.console.print(Text(f"✗ turn interrupted: {data.get('reason', '')}", style="bold yellow"))
+                shown.append(Text("Artifacts:", style="bold"))
+                shown.extend(Padding(Text(f"{a['path']}  {human_size(int(a['size']))}"), (0, 2)) for a in artifacts)
+            shown.append(Text(usage_line(data.get("usage") or {}), style="dim"))
+            return shown
+        if kind is EventType.TURN_FAILED:
+            return [Text(f"✗ turn failed: {data.get('reason')}", style="bold red")]
+        if kind is EventType.TURN_CANCELLED:
+            return [Text("✗ turn cancelled", style="bold yellow")]
+        if kind is EventType.TURN_INTERRUPTED:
+            return [Text(f"✗ turn interrupted: {data.get('reason', '')}", style="bold yellow")]
+        return []
 
 
 def usage_line(usage: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from fleet_rlm.clients.cli.render import EventRenderer, json_line
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.events import Event, new_id
 from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn
+from fleet_rlm.logs import log_to_file
 from fleet_rlm.workspace.layout import Workspace
 
 EXIT_FAILED = 1
@@ -38,6 +39,7 @@ def run_local(
     mode: str | None,
 ) -> int:
     """Run one turn in this process; returns the exit code."""
+    log_to_file(settings)
     turn_id = new_id("turn")
     workspace = prepare_workspace(settings, workspace_dir, files, turn_id)
     console = Console(highlight=False)
