@@ -5,7 +5,7 @@ uid first thing, then speaks JSON lines with the host: commands arrive on ``cmd_
 leave on ``reply_fd``. The code's stdout/stderr are the process's own fds 1 and 2, which the host
 reads directly, so output from subprocesses and C code is captured and streams while code runs.
 
-Code runs in the main thread so that a watchdog can interrupt it with SIGINT at its deadline.
+Code runs in the main thread, where a timer's signal can interrupt it at its deadline.
 Host tools are proxies that send a ``tool_call`` and wait for the matching reply; several threads
 may call tools at once.
 """
@@ -23,7 +23,6 @@ import queue
 import signal
 import sys
 import threading
-import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds of start-up, and start-up is on every sandbox's clock
@@ -65,7 +64,7 @@ class Waiter:
         self._lock.release()
 
     def wait(self) -> dict[str, Any] | None:
-        self._lock.acquire()  # interruptible: the watchdog's KeyboardInterrupt lands here too
+        self._lock.acquire()  # interruptible: the deadline's KeyboardInterrupt lands here too
         return self.reply
 
 
@@ -143,50 +142,26 @@ def encode(message: dict[str, Any]) -> bytes:
 
 
 class Watchdog:
-    """Interrupts the main thread with SIGINT when an execution passes its deadline."""
+    """Interrupts running code at its deadline: a real-time timer whose SIGALRM raises
+    KeyboardInterrupt in the main thread, where the code runs (one syscall to arm, no thread)."""
 
     def __init__(self) -> None:
-        self._condition = threading.Condition()
-        self._execution = 0
-        self._deadline: float | None = None
         self.running_user_code = False
-        self.fired_for = 0
-        self._raise_pending = False
-        signal.signal(signal.SIGINT, self._on_sigint)
-        threading.Thread(target=self._watch, name="fleet-watchdog", daemon=True).start()
+        self.fired = False
+        signal.signal(signal.SIGALRM, self._on_alarm)
 
-    def arm(self, execution: int, timeout: float | None) -> None:
-        with self._condition:
-            self._execution = execution
-            self._deadline = None if timeout is None else time.monotonic() + timeout
-            self._condition.notify()
+    def arm(self, timeout: float | None) -> None:
+        self.fired = False
+        if timeout:
+            signal.setitimer(signal.ITIMER_REAL, timeout)
 
     def disarm(self) -> None:
-        with self._condition:
-            self._deadline = None
-            self._execution = 0
-            self._raise_pending = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
-    def _watch(self) -> None:
-        with self._condition:
-            while True:
-                if self._deadline is None:
-                    self._condition.wait()
-                    continue
-                remaining = self._deadline - time.monotonic()
-                if remaining > 0:
-                    self._condition.wait(remaining)
-                    continue
-                self.fired_for = self._execution
-                self._raise_pending = True
-                self._deadline = None
-                os.kill(os.getpid(), signal.SIGINT)
-
-    def _on_sigint(self, signum: int, frame: object) -> None:
-        # Only the watchdog's own interrupt, and only while user code runs: a stray SIGINT landing in
-        # the worker's bookkeeping must not kill the session.
-        if self._raise_pending and self.running_user_code:
-            self._raise_pending = False
+    def _on_alarm(self, signum: int, frame: object) -> None:
+        # Only while user code runs: the deadline landing in the worker's own bookkeeping is ignored.
+        if self.running_user_code and not self.fired:
+            self.fired = True
             raise KeyboardInterrupt
 
 
@@ -293,7 +268,7 @@ class Session:
         except SyntaxError as exc:
             return {"status": "syntax", "error": describe_syntax_error(exc)}
         self.sources[filename] = code
-        self.watchdog.arm(self.execution, request.get("timeout"))
+        self.watchdog.arm(request.get("timeout"))
         try:
             outcome = self._run(body, tail, bool(request.get("return_value")))
         except KeyboardInterrupt:  # the deadline landed between user code and bookkeeping
@@ -322,7 +297,7 @@ class Session:
             return {"status": "final", "value": {k: jsonable(v) for k, v in submission.value.items()}}
         except KeyboardInterrupt as exc:
             watchdog.running_user_code = False
-            if watchdog.fired_for == self.execution:
+            if watchdog.fired:
                 return {"status": "timeout"}
             return {"status": "error", "error": self.describe(exc)}
         except BaseException as exc:
@@ -347,7 +322,7 @@ class Session:
     def _limit_hint(self, exc: BaseException) -> str | None:
         if isinstance(exc, MemoryError):
             return f"the sandbox memory limit is {self.limits.get('memory_mb', '?')} MB"
-        if isinstance(exc, OSError) and exc.errno == errno.EAGAIN:
+        if (isinstance(exc, OSError) and exc.errno == errno.EAGAIN) or "can't start new thread" in str(exc):
             return f"the sandbox may run at most {self.limits.get('max_processes', '?')} processes and threads"
         if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
             return f"the sandbox file size limit is {self.limits.get('max_file_size_mb', '?')} MB"
