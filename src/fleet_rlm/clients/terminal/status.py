@@ -1,0 +1,99 @@
+"""The live status line under a running turn: iteration k/N, model calls used / budget, elapsed.
+
+Events carry no running usage, so model calls are counted from what the stream shows: one root
+call per iteration and one per sub-model tool call (``llm_query``; a batch counts as one). The
+exact figures arrive with the turn's final ``usage``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from fleet_rlm.engine.events import Event, EventType
+
+MODEL_TOOLS = ("llm_query", "llm_query_batched")
+
+
+@dataclass
+class TurnStatus:
+    started_at: float | None = None
+    iteration: int = 0
+    max_iterations: int | None = None
+    model_calls: int = 0
+    max_model_calls: int | None = None
+    running_tools: dict[str, str] = field(default_factory=dict)
+    children_running: int = 0
+    note: str = ""
+    finished: bool = False
+    _spans: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
+    _child_spans: set[str] = field(default_factory=set, init=False, repr=False)
+
+    def observe(self, event: Event) -> None:
+        data = event.data
+        kind = event.type
+        if kind is EventType.TURN_STARTED:
+            self.started_at = event.ts
+            budget = data.get("budget") or {}
+            self.max_iterations = budget.get("max_iterations")
+            self.max_model_calls = budget.get("max_model_calls")
+        elif kind is EventType.ITERATION_STARTED:
+            self.model_calls += 1
+            if self._is_root_iteration(event):
+                self.iteration = int(data.get("iteration", self.iteration))
+                self.max_iterations = data.get("max_iterations", self.max_iterations)
+        elif kind is EventType.TOOL_STARTED:
+            self.running_tools[str(data.get("call_id"))] = str(data.get("name"))
+        elif kind is EventType.TOOL_FINISHED:
+            self.running_tools.pop(str(data.get("call_id")), None)
+            if data.get("name") in MODEL_TOOLS:
+                self.model_calls += 1
+        elif kind is EventType.CHILD_STARTED:
+            self.children_running += 1
+            self._child_spans.add(event.span_id)
+        elif kind is EventType.CHILD_FINISHED:
+            self.children_running = max(0, self.children_running - 1)
+        elif event.terminal:
+            self.finished = True
+        self._spans[event.span_id] = event.parent_span_id
+
+    def _is_root_iteration(self, event: Event) -> bool:
+        """Not inside a child agent: no ancestor span is a child's span."""
+        span = event.parent_span_id
+        while span is not None:
+            if span in self._child_spans:
+                return False
+            span = self._spans.get(span)
+        return True
+
+    def line(self, now: float | None = None) -> str:
+        parts = []
+        if self.iteration:
+            parts.append(f"iteration {self.iteration}/{self.max_iterations or '?'}")
+        else:
+            parts.append("starting")
+        parts.append(f"model calls {self.model_calls}/{self.max_model_calls or '?'}")
+        if self.started_at is not None:
+            parts.append(f"{max(0.0, (now or time.time()) - self.started_at):.0f}s")
+        if self.running_tools:
+            parts.append("running " + ", ".join(sorted(set(self.running_tools.values()))))
+        if self.children_running:
+            parts.append(f"{self.children_running} child agent(s)")
+        if self.note:
+            parts.append(self.note)
+        return " · ".join(parts)
+
+
+class LiveFooter:
+    """What a ``rich.live.Live`` shows below the printed lines: the unfinished line, then the status."""
+
+    def __init__(self, status: TurnStatus, pending: Text) -> None:
+        self.status = status
+        self.pending = pending
+
+    def __rich__(self) -> RenderableType:
+        status = Text(f"⏳ {self.status.line()}  (Ctrl-C cancels)", style="reverse dim")
+        return Group(self.pending, status) if self.pending.plain else status

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from fleet_rlm.clients.cli.render import EventRenderer
+from fleet_rlm.clients.terminal.status import LiveFooter, TurnStatus
+from fleet_rlm.clients.terminal.trace import trace_tree
+from fleet_rlm.engine.events import EventType
+
+from .events import ROOT, TurnEvents, sample_turn_with_a_child
+
+
+def plain_console() -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, width=100, color_system=None, highlight=False), out
+
+
+def rendered(line_buffered: bool) -> list[str]:
+    console, out = plain_console()
+    renderer = EventRenderer(console, line_buffered=line_buffered)
+    for event in sample_turn_with_a_child().events:
+        renderer.render(event)
+    return [line.rstrip() for line in out.getvalue().splitlines()]
+
+
+def test_streamed_reasoning_shows_once_and_tool_calls_take_one_line() -> None:
+    lines = rendered(line_buffered=False)
+    text = "\n".join(lines)
+    assert text.count("Read the file first.") == 1
+    assert "  ↳ llm_query('hello') 0.25s" in lines
+    assert "partial line" in lines and "second" in lines
+    assert "north wins" in text
+    assert "  artifacts/out.csv  2.0 KB" in lines
+
+
+def test_child_agents_are_indented_under_their_parent() -> None:
+    lines = rendered(line_buffered=False)
+    started = next(i for i, line in enumerate(lines) if "⇢ child child_1: Check north" in line)
+    finished = next(i for i, line in enumerate(lines) if "⇠ child child_1 completed in 1.5s" in line)
+    assert lines[started].startswith("  ⇢") and lines[finished].startswith("  ⇠")
+    inside = lines[started + 1 : finished]
+    assert "    child says hi" in inside
+    assert all(line.startswith("    ") for line in inside if line.strip())
+
+
+def test_line_buffered_rendering_prints_whole_lines_and_keeps_the_rest_pending() -> None:
+    assert rendered(line_buffered=True) == rendered(line_buffered=False)
+    console, out = plain_console()
+    renderer = EventRenderer(console, line_buffered=True)
+    turn = TurnEvents()
+    turn.add(EventType.OUTPUT, "span_it", ROOT, stream="stdout", text="one\ntw")
+    for event in turn.events:
+        renderer.render(event)
+    assert out.getvalue() == "one\n"
+    assert renderer.pending.plain == "tw"
+
+
+def test_status_line_counts_iterations_model_calls_and_elapsed() -> None:
+    status = TurnStatus()
+    events = sample_turn_with_a_child().events
+    for event in events[:7]:  # up to the llm_query call starting
+        status.observe(event)
+    started = events[0].ts
+    assert status.line(now=started + 12) == "iteration 1/5 · model calls 1/12 · 12s · running llm_query"
+    for event in events[7:13]:  # the call finished, a child started and iterates
+        status.observe(event)
+    assert status.line(now=started + 13) == "iteration 1/5 · model calls 3/12 · 13s · 1 child agent(s)"
+    console, out = plain_console()
+    console.print(LiveFooter(status, renderer_pending := EventRenderer(console).pending))
+    assert renderer_pending.plain == ""
+    assert "(Ctrl-C cancels)" in out.getvalue()
+
+
+def test_trace_draws_spans_as_a_tree() -> None:
+    console, out = plain_console()
+    console.print(trace_tree(sample_turn_with_a_child().events, "turn 1"))
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert lines[0] == "turn 1"
+    iteration = next(line for line in lines if "iteration 1/5" in line)
+    tool = next(line for line in lines if "llm_query('hello')" in line and "print" not in line)
+    child_output = next(line for line in lines if "child says hi" in line)
+    assert "0.25s" in tool
+    assert tool.index("llm_query") > iteration.index("iteration")
+    assert child_output.index("child says hi") > tool.index("llm_query")
+    assert "partial line" in text and "✚ artifacts/out.csv (2.0 KB)" in text
+    assert "completed" in text and "3 model calls" in text
