@@ -39,5 +39,13 @@ def start_server(make_settings: SettingsFactory) -> Iterator[Callable[..., Abstr
 
 @pytest.fixture
 def api(make_settings: SettingsFactory) -> Iterator[RunningServer]:
-    with server_in_thread(make_settings()) as server:
+    """The server without pre-started sandboxes (turns start theirs cold)."""
+    with server_in_thread(make_settings(sandbox_pool_size=0)) as server:
+        yield server
+
+
+@pytest.fixture
+def pooled_api(make_settings: SettingsFactory) -> Iterator[RunningServer]:
+    """The server with a pool of one pre-started sandbox, as ``fleet serve`` runs by default."""
+    with server_in_thread(make_settings(sandbox_pool_size=1)) as server:
         yield server

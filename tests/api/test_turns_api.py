@@ -40,8 +40,9 @@ def read_frames(response: httpx.Response, stop_after: int | None = None) -> list
     return frames
 
 
-def test_csv_turn_end_to_end(api: RunningServer, model_server: ScriptedModelServer) -> None:
+def test_csv_turn_end_to_end(pooled_api: RunningServer, model_server: ScriptedModelServer) -> None:
     model_server.script("root", rlm_step("Read the sales.", READ), rlm_step("Save them.", SAVE))
+    api = pooled_api
     with api.http() as http:
         http.post("/sessions", json={"name": "sales"})
         http.post("/sessions/sales/files", files={"file": ("sales.csv", SALES, "text/csv")})

@@ -151,6 +151,8 @@ class SandboxPool:
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
         self.last_error: str | None = None
+        self.warm_leases = 0
+        self.cold_leases = 0
 
     # Lifecycle --------------------------------------------------------------------------------
 
@@ -189,8 +191,10 @@ class SandboxPool:
         labels = {"runner": self.runner, "session": session_id, "turn": turn_id}
         if self._idle:
             sandbox_id, warm = self._idle.pop(0)
+            self.warm_leases += 1
         else:
             sandbox_id, warm = new_id("sbx"), None
+            self.cold_leases += 1
         directory = self.root / sandbox_id
         workspace = Workspace.create(directory / "workspace")
         _write_label(directory, {**labels, "sandbox": sandbox_id})

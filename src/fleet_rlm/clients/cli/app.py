@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 
 from fleet_rlm.clients.cli import doctor as doctor_checks
+from fleet_rlm.clients.cli import serve as serve_cli
+from fleet_rlm.clients.cli import sessions as sessions_cli
 from fleet_rlm.clients.cli.run import run_local
 from fleet_rlm.config import ConfigError, load_settings, require_model
 
@@ -97,6 +99,10 @@ def _print_check(console: Console, check: doctor_checks.Check) -> None:
     console.print(f"{mark}  {check.name}: {check.detail}")
     if not check.ok and check.fix:
         console.print(f"      fix: {check.fix}")
+
+
+app.command("serve")(serve_cli.serve_command)
+app.add_typer(sessions_cli.app, name="sessions")
 
 
 def main() -> None:

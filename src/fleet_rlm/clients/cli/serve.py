@@ -1,0 +1,37 @@
+"""``fleet serve``: the HTTP API on embedded defaults (SQLite under the data directory)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from fleet_rlm.api.server import check_bind, serve
+from fleet_rlm.config import ConfigError, load_settings
+from fleet_rlm.store import database_url
+from fleet_rlm.store.database import Database
+
+EXIT_CONFIG = 2
+
+
+def serve_command(
+    host: Annotated[
+        str | None, typer.Option(help="Address to bind (default 127.0.0.1; others need FLEET_API_TOKEN).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (default 8765).")] = None,
+) -> None:
+    """Run Fleet's HTTP API: durable sessions, turns streamed over SSE."""
+    try:
+        settings = load_settings(server_host=host, server_port=port)
+        check_bind(settings, settings.server_host)
+        display = Database(database_url(settings)).display_url
+    except ConfigError as exc:
+        print(f"fleet: error: {exc}", file=sys.stderr)
+        raise typer.Exit(EXIT_CONFIG) from None
+    print(
+        f"Fleet API on http://{settings.server_host}:{settings.server_port}/api/v1  "
+        f"(database {display}, data {settings.data_dir})",
+        file=sys.stderr,
+    )
+    serve(settings)

@@ -1,0 +1,1 @@
+"""Fleet as a durable service: sessions, files and detached turns over the store, a sandbox pool."""

@@ -1,0 +1,124 @@
+"""``fleet serve``, ``fleet run --url`` (its function) and ``fleet sessions``, against a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from fleet_rlm.clients.cli.app import app
+from fleet_rlm.clients.cli.remote_run import run_remote
+from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.settings import scripted_settings
+from tests.api.server import free_port, server_in_thread
+
+SAVE = "open('artifacts/out.csv','w').write(open('files/in.csv').read().upper())\nSUBMIT(answer='shouted')"
+
+
+def clean_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    env.update({"FLEET_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    return env
+
+
+def test_serve_runs_the_api_and_refuses_open_binds_without_a_token(tmp_path: Path) -> None:
+    env = clean_env(tmp_path)
+    refused = subprocess.run(
+        [sys.executable, "-m", "fleet_rlm", "serve", "--host", "0.0.0.0"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "FLEET_API_TOKEN" in refused.stderr
+
+    port = free_port()
+    env["FLEET_SANDBOX_POOL_SIZE"] = "0"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "fleet_rlm", "serve", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        for _ in range(600):
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None, server.stdout.read().decode() if server.stdout else ""
+                time.sleep(0.1)
+        assert health.json()["status"] == "ok"
+        assert (tmp_path / "home" / "fleet.db").exists()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        if server.stdout:
+            server.stdout.close()
+
+
+def test_run_through_a_server_then_manage_its_sessions(
+    model_server: ScriptedModelServer,
+    home: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key in [k for k in os.environ if k.startswith("FLEET_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("FLEET_HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "in.csv"
+    source.write_text("a,b\n1,2\n")
+    runner = CliRunner()
+    settings = scripted_settings(model_server, home, sandbox_pool_size=0)
+    with server_in_thread(settings) as api:
+        model_server.script("root", rlm_step("Shout.", SAVE))
+        code = run_remote(
+            api.base_url, "shout the csv", files=[source], as_json=True, context_paths=[], download_to=tmp_path / "got"
+        )
+        assert code == 0
+        events = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+        assert events[-1]["type"] == "turn.completed" and events[-1]["data"]["answer"] == "shouted"
+        assert (tmp_path / "got" / "out.csv").read_text() == "A,B\n1,2\n"
+
+        listed = runner.invoke(app, ["sessions", "ls", "--url", api.base_url, "--json"])
+        assert listed.exit_code == 0, listed.output
+        [session] = json.loads(listed.output)
+        shown = json.loads(
+            runner.invoke(app, ["sessions", "show", session["id"], "--url", api.base_url, "--json"]).output
+        )
+        assert [t["status"] for t in shown["turns"]] == ["completed"]
+        assert {f["path"] for f in shown["files"]} == {"files/in.csv", "artifacts/out.csv"}
+
+        archive = tmp_path / "s.fleet.tar.gz"
+        exported = runner.invoke(app, ["sessions", "export", session["id"], "--url", api.base_url, "-o", str(archive)])
+        assert exported.exit_code == 0 and archive.stat().st_size > 0
+        imported = runner.invoke(app, ["sessions", "import", str(archive), "--url", api.base_url, "--name", "copy"])
+        assert imported.exit_code == 0 and "(copy)" in imported.output
+
+        model_server.script("root", rlm_step("Fail.", "raise SystemExit(3)"))
+        failing = run_remote(
+            api.base_url, "break", files=[], as_json=True, context_paths=[], session="copy", max_iterations=1
+        )
+        assert failing == 1
+
+    local = json.loads(runner.invoke(app, ["sessions", "ls", "--json"]).output)
+    assert sorted(s["name"] or "" for s in local) == ["", "copy"]
+    copy = json.loads(runner.invoke(app, ["sessions", "show", "copy", "--json"]).output)
+    assert [t["status"] for t in copy["turns"]] == ["completed", "failed"]
+    assert runner.invoke(app, ["sessions", "rm", "copy"]).exit_code == 0
+    missing = runner.invoke(app, ["sessions", "show", "copy"])
+    assert missing.exit_code == 1 and "no session 'copy'" in missing.output
+    table = runner.invoke(app, ["sessions", "ls"])
+    assert session["id"] in table.output
