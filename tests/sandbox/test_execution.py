@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError, FinalOutput
 
+from fleet_rlm.sandbox import local_sandbox
+from fleet_rlm.sandbox.base import SandboxSpec
+from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
 
-from .helpers import RecordingObserver
+from .helpers import TEST_LIMITS, RecordingObserver
 
 
 def test_output_is_returned_and_state_persists(sandbox: LocalSandbox) -> None:
@@ -130,3 +134,49 @@ def test_one_execution_at_a_time(sandbox: LocalSandbox, observer: RecordingObser
     with pytest.raises(CodeInterpreterError, match="already has an active execution"):
         sandbox.execute("pass")
     runner.join()
+
+
+def test_a_failing_observer_does_not_stall_the_sandbox(workspace: Path) -> None:
+    class Broken:
+        def output(self, stream: str, text: str) -> None:
+            raise RuntimeError("observer down")
+
+        def tool_started(self, call_id: str, name: str, arguments: str) -> None:
+            raise RuntimeError("observer down")
+
+        def tool_finished(self, call_id: str, name: str, duration: float, error: str | None) -> None:
+            raise RuntimeError("observer down")
+
+        def warning(self, message: str) -> None:
+            raise RuntimeError("observer down")
+
+    sandbox = LocalSandboxBackend().create(SandboxSpec(workspace, limits=TEST_LIMITS, observer=Broken()))
+    try:
+        sandbox.tools["echo"] = lambda text: text
+        assert sandbox.execute("print(echo('still works'))") == "still works"
+    finally:
+        sandbox.shutdown()
+
+
+def test_oversized_reply_is_refused(sandbox: LocalSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_sandbox, "MAX_REPLY_BYTES", 10_000)
+    sandbox.execute("pass")
+    with pytest.raises(CodeInterpreterError, match="a reply longer than 10000 bytes"):
+        sandbox.execute("SUBMIT('x' * 20_000)")
+
+
+def test_shutdown_during_an_execution_ends_it(sandbox: LocalSandbox, observer: RecordingObserver) -> None:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            sandbox.execute("print('going', flush=True)\nimport time\ntime.sleep(30)")
+        except BaseException as exc:
+            errors.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    assert observer.wait_for_text("going")
+    sandbox.shutdown()
+    runner.join(timeout=5)
+    assert isinstance(errors[0], CodeInterpreterError) and "shut down" in str(errors[0])

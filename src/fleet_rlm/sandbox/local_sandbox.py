@@ -19,13 +19,14 @@ from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreter
 
 from fleet_rlm.sandbox.base import SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.isolation import WORKSPACE_MOUNT, LaunchedWorker, Launcher, chown_tree
-from fleet_rlm.sandbox.output import CappedText, OutputPump
+from fleet_rlm.sandbox.output import CappedText, GuardedObserver, OutputPump
 from fleet_rlm.sandbox.protocol import decode_message, encode_message, execute_message, write_all
 from fleet_rlm.sandbox.tool_calls import check_tool_names, run_tool_call
 from fleet_rlm.sandbox.variables import VariableCache
 
 DEFAULT_INTERRUPT_GRACE = 2.0
 DEFAULT_START_TIMEOUT = 30.0
+MAX_REPLY_BYTES = 256 * 1024 * 1024  # a SUBMIT larger than this is refused rather than exhausting the host
 _CLOSED = object()  # the worker's reply pipe ended
 _CANCELLED = object()  # interrupt() was called
 _SIGNALS = {int(signum): signum.name for signum in (signal.SIGKILL, signal.SIGXCPU, signal.SIGSEGV, signal.SIGXFSZ)}
@@ -61,6 +62,7 @@ class LocalSandbox:
         start_timeout: float = DEFAULT_START_TIMEOUT,
     ) -> None:
         self.spec = spec
+        self._observer = GuardedObserver(spec.observer)
         self.tools: dict[str, Callable[..., Any]] = {}
         self.output_fields: list[dict[str, Any]] | None = None
         self.bytes_sent = 0  # bytes written to the worker, so callers (and tests) can see what travels
@@ -117,25 +119,30 @@ class LocalSandbox:
             except OSError as exc:
                 raise SandboxStartError(f"could not start the sandbox worker: {exc}") from exc
             self._worker = worker
-            self._pump = OutputPump(
-                worker.stdout_fd, worker.stderr_fd, self.spec.observer, self.spec.limits.max_output_chars
-            )
-            threading.Thread(target=self._read_replies, args=(worker.reply_fd,), daemon=True).start()
-            if self._ended:  # cancelled while launching
-                self._kill()
-                self._check_usable()
-            if worker.uid is not None:
-                chown_tree(workspace, worker.uid)  # while the worker boots
-            message = self._next_message(time.monotonic() + self._start_timeout)
-            if isinstance(message, dict) and message["type"] == "ready":
-                self._pump.ready()
-                return
-            if message is _CANCELLED:
-                self._check_usable()
-            detail = self._pump.startup_text().strip() or "no output"
-            status = self._exit_status()
-            self._end(f"the sandbox worker failed to start ({status}): {detail}")
-            raise SandboxStartError(self._ended)
+            try:
+                self._await_ready(worker)
+            except BaseException:
+                self._end(self._ended or "the sandbox worker failed to start")
+                raise
+
+    def _await_ready(self, worker: LaunchedWorker) -> None:
+        self._pump = OutputPump(worker.stdout_fd, worker.stderr_fd, self._observer, self.spec.limits.max_output_chars)
+        threading.Thread(target=self._read_replies, args=(worker.reply_fd,), daemon=True).start()
+        self._check_usable()  # cancelled while launching
+        if worker.uid is not None:
+            try:
+                chown_tree(self.spec.workspace, worker.uid)  # while the worker boots
+            except OSError as exc:
+                raise SandboxStartError(f"could not give the sandbox its workspace: {exc}") from exc
+        message = self._next_message(time.monotonic() + self._start_timeout)
+        if isinstance(message, dict) and message["type"] == "ready":
+            self._pump.ready()
+            return
+        self._check_usable()  # cancelled while starting
+        detail = self._pump.startup_text().strip() or "no output"
+        status = self._exit_status() if message is not None else f"not ready after {self._start_timeout:g}s"
+        self._end(f"the sandbox worker failed to start ({status}): {detail}")
+        raise SandboxStartError(self._ended)
 
     def shutdown(self) -> None:
         """Stop the worker and everything it started; the sandbox cannot be used afterwards."""
@@ -214,7 +221,7 @@ class LocalSandbox:
                     "the sandbox worker was stopped"
                 )
             if not isinstance(message, dict):
-                self._fail(self._ended if message is _CANCELLED and self._ended else self._death_reason())
+                self._fail(self._ended or self._death_reason())  # shut down, cancelled, or it died
             if message["type"] == "result" and message.get("execution") == execution:
                 return message
             if message["type"] == "fatal":
@@ -232,7 +239,7 @@ class LocalSandbox:
         threading.Thread(target=context.run, args=(self._serve_tool, active.tools, request), daemon=True).start()
 
     def _serve_tool(self, tools: dict[str, Callable[..., Any]], request: dict[str, Any]) -> None:
-        reply = run_tool_call(tools, request, self.spec.observer)
+        reply = run_tool_call(tools, request, self._observer)
         with contextlib.suppress(CodeInterpreterError):  # the worker is gone; execute() reports that
             self._send(reply)
 
@@ -268,7 +275,9 @@ class LocalSandbox:
     def _read_replies(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as stream:
             try:
-                for line in stream:
+                while line := stream.readline(MAX_REPLY_BYTES):
+                    if not line.endswith(b"\n"):
+                        raise ValueError(f"a reply longer than {MAX_REPLY_BYTES} bytes")
                     message = decode_message(line)
                     if message["type"] == "tool_call":
                         self._dispatch_tool_call(message)

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import logging
 import os
 import selectors
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleet_rlm.sandbox.base import SandboxObserver
 
+logger = logging.getLogger(__name__)
 STARTUP_KEEP_CHARS = 8_000
 READ_SIZE = 1 << 16
 
@@ -49,6 +52,33 @@ class CappedText:
         if self.cut:
             text += f"\n[... {self.cut} more characters cut]"
         return text or None
+
+
+class GuardedObserver:
+    """An observer whose failures are logged, not raised: a broken observer must not stall the sandbox
+    (an output chunk or a tool call it failed to take would otherwise never reach the code)."""
+
+    def __init__(self, inner: SandboxObserver) -> None:
+        self._inner = inner
+
+    def output(self, stream: str, text: str) -> None:
+        self._call(self._inner.output, stream, text)
+
+    def tool_started(self, call_id: str, name: str, arguments: str) -> None:
+        self._call(self._inner.tool_started, call_id, name, arguments)
+
+    def tool_finished(self, call_id: str, name: str, duration: float, error: str | None) -> None:
+        self._call(self._inner.tool_finished, call_id, name, duration, error)
+
+    def warning(self, message: str) -> None:
+        self._call(self._inner.warning, message)
+
+    @staticmethod
+    def _call(method: Callable[..., None], *args: object) -> None:
+        try:
+            method(*args)
+        except Exception:
+            logger.exception("the sandbox observer failed in %s", getattr(method, "__name__", method))
 
 
 class OutputPump:
