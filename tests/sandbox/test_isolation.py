@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 import uuid
@@ -202,3 +203,12 @@ def test_timeout_interrupts_blocking_calls(make_sandbox: SandboxMaker) -> None:
         with pytest.raises(CodeExecutionError, match=r"exceeded the 0.5s timeout and was interrupted"):
             sandbox.execute(code)
     assert sandbox.execute("print('still usable')") == "still usable"
+
+
+def test_worker_killed_from_outside_is_an_interpreter_error(sandbox: LocalSandbox) -> None:
+    sandbox.execute("x = 1")
+    assert sandbox.worker_pid is not None
+    os.kill(sandbox.worker_pid, signal.SIGKILL)
+    with pytest.raises(CodeInterpreterError, match="exited unexpectedly") as caught:
+        sandbox.execute("print(x)")
+    assert not isinstance(caught.value, CodeExecutionError)

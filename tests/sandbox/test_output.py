@@ -15,7 +15,7 @@ def test_output_arrives_while_code_still_runs(sandbox: LocalSandbox, observer: R
     finished: list[float] = []
 
     def run() -> None:
-        sandbox.execute("print('early')\nimport time\ntime.sleep(1.5)\nprint('late')")
+        sandbox.execute("print('early')\nimport time\ntime.sleep(1.0)\nprint('late')")
         finished.append(time.monotonic())
 
     runner = threading.Thread(target=run)

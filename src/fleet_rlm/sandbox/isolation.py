@@ -119,9 +119,10 @@ class Launcher:
         reply_r, reply_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         stderr_r, stderr_w = os.pipe()
-        for fd in (command_w, reply_w, stdout_w):
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        set_pipe_size: int = getattr(fcntl, "F_SETPIPE_SZ", -1)  # Linux only
+        for fd in (command_w, reply_w, stdout_w) if set_pipe_size >= 0 else ():
+            with contextlib.suppress(OSError):  # larger pipes mean fewer wake-ups for big inputs
+                fcntl.fcntl(fd, set_pipe_size, PIPE_SIZE)
         try:
             process = subprocess.Popen(
                 [*argv, f"cmd_fd={command_r}", f"reply_fd={reply_w}", *worker_args],
@@ -266,13 +267,22 @@ def rlimits(limits: SandboxLimits, nproc: int) -> Callable[[], None]:
     memory = limits.memory_mb * 1024 * 1024
     file_size = limits.max_file_size_mb * 1024 * 1024
     cpu = limits.cpu_seconds
+    settings = [
+        (resource.RLIMIT_AS, (memory, memory)),
+        (resource.RLIMIT_NPROC, (nproc, nproc)),
+        (resource.RLIMIT_FSIZE, (file_size, file_size)),
+        (resource.RLIMIT_CPU, (cpu, cpu + 5)),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ]
+    strict = sys.platform.startswith("linux")  # elsewhere (unisolated only) some limits are unsupported
 
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        for limit, value in settings:
+            try:
+                resource.setrlimit(limit, value)
+            except (ValueError, OSError):
+                if strict:
+                    raise
 
     return apply
 
@@ -280,6 +290,8 @@ def rlimits(limits: SandboxLimits, nproc: int) -> Callable[[], None]:
 def user_task_count() -> int:
     """Tasks (processes and threads) the current user runs: what RLIMIT_NPROC counts."""
     uid, count = os.getuid(), 0
+    if not os.path.isdir("/proc"):
+        return 0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
