@@ -2,15 +2,16 @@
 
 A strict mode (``rlm``, ``flex``, ``direct``) is the route. ``hybrid`` asks the triage predictor.
 ``direct`` cannot see files, so a turn with files never takes it: asked for strictly, the turn is
-refused; chosen by triage, it becomes ``rlm`` with a warning. A triage error or an answer that is
-not a route also falls back to ``rlm`` with a warning. The choice is the ``route.selected`` event.
+refused; chosen by triage, it becomes ``rlm`` with a warning. A triage error (including a reply
+that is not a route) also falls back to ``rlm`` with a warning. The choice is the
+``route.selected`` event. See docs/routes.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import get_args
+from typing import cast, get_args
 
 from fleet_rlm.config import Mode
 from fleet_rlm.engine.budget import BudgetExceeded, TurnCancelled
@@ -44,7 +45,7 @@ def select_route(ctx: RouteContext, mode: str) -> RouteChoice:
         raise RouteRefused(
             "mode direct cannot see workspace files and this turn has files; use mode hybrid, rlm or flex"
         )
-    choice = _triage(ctx) if mode == "hybrid" else RouteChoice(mode, f"mode {mode} was requested")  # type: ignore[arg-type]
+    choice = _triage(ctx) if mode == "hybrid" else RouteChoice(cast(Route, mode), f"mode {mode} was requested")
     ctx.trace.emitter.emit(EventType.ROUTE_SELECTED, {"route": choice.route, "reason": choice.reason, "mode": mode})
     return choice
 
@@ -61,9 +62,6 @@ def _triage(ctx: RouteContext) -> RouteChoice:
             raise  # the turn is over, not the triage
         _warn(ctx, f"triage failed ({_one_line(exc)}); using the {FALLBACK} route")
         return RouteChoice(FALLBACK, "triage failed, so the turn takes the default route")
-    if verdict.route not in ROUTES:
-        _warn(ctx, f"triage answered {verdict.route!r}, which is not a route; using the {FALLBACK} route")
-        return RouteChoice(FALLBACK, "triage gave no usable route, so the turn takes the default route")
     if verdict.route == "direct" and ctx.has_files:
         _warn(ctx, f"triage chose direct, which cannot see the workspace files; using the {FALLBACK} route")
         return RouteChoice(FALLBACK, f"the turn has files, which direct cannot see (triage: {verdict.reason})")
