@@ -347,7 +347,7 @@ class LocalSandbox:
         if "SIGXCPU" in status:
             hint = f"; it used up its CPU time limit of {limits.cpu_seconds}s"
         elif "SIGKILL" in status:
-            hint = f"; it may have exceeded its memory limit of {limits.memory_mb} MB or CPU time limit"
+            hint = "; by its own code, the out-of-memory killer or the hard CPU time limit"
         return f"the sandbox worker exited unexpectedly ({status}{hint}); its state is lost"
 
 
