@@ -131,7 +131,7 @@ SUBMIT(answer='written')"""
 
 
 def test_cancel_during_fan_out_reaches_every_child_and_leaks_nothing(harness: Harness) -> None:
-    before = live_sandbox_pids()
+    before = live_sandbox_pids(harness.tmp)
     harness.server.script_for_task("root", "PARENT", rlm_step("Fan out.", FAN_OUT))
     for i in range(8):
         harness.server.script_for_task("root", f"child task {i}", child_step(i, sleep=60))
@@ -150,13 +150,13 @@ def test_cancel_during_fan_out_reaches_every_child_and_leaks_nothing(harness: Ha
 
     assert asyncio.run(scenario()) < 1.0
     deadline = time.monotonic() + 5
-    while live_sandbox_pids() - before and time.monotonic() < deadline:
+    while live_sandbox_pids(harness.tmp) - before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert live_sandbox_pids() - before == set()
+    assert live_sandbox_pids(harness.tmp) - before == set()
 
 
 def test_no_sandbox_processes_left_after_failing_and_timed_out_children(harness: Harness) -> None:
-    before = live_sandbox_pids()
+    before = live_sandbox_pids(harness.tmp)
     code = """results = spawn_agents([{'task': 'slow child'}, {'task': 'bad child'}, {'task': 'bad file', 'files': ['../etc/passwd']}])
 print([r['status'] for r in results])
 SUBMIT(answer=','.join(r['status'] for r in results))"""
@@ -167,6 +167,6 @@ SUBMIT(answer=','.join(r['status'] for r in results))"""
 
     assert run.outcome.answer == "timeout,failed,failed"
     deadline = time.monotonic() + 5
-    while live_sandbox_pids() - before and time.monotonic() < deadline:
+    while live_sandbox_pids(harness.tmp) - before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert live_sandbox_pids() - before == set()
+    assert live_sandbox_pids(harness.tmp) - before == set()

@@ -9,8 +9,13 @@ from fleet_rlm.sandbox.isolation import WORKER_MOUNT, WORKER_SOURCE
 _MARKERS = (WORKER_MOUNT.encode(), str(WORKER_SOURCE).encode())
 
 
-def live_sandbox_pids() -> set[int]:
-    """Pids of processes running a Fleet sandbox worker, or bubblewrap around one."""
+def live_sandbox_pids(under: Path | None = None) -> set[int]:
+    """Pids of processes running a Fleet sandbox worker, or bubblewrap around one.
+
+    With ``under``, only sandboxes whose workspace lies below that directory (their command line names
+    it), so that a test counts its own sandboxes and not those of other runs on the machine.
+    """
+    scope = str(under).encode() if under is not None else b""
     pids: set[int] = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -19,6 +24,6 @@ def live_sandbox_pids() -> set[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if any(marker in cmdline for marker in _MARKERS):
+        if any(marker in cmdline for marker in _MARKERS) and scope in cmdline:
             pids.add(int(entry.name))
     return pids

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import cast, get_args
 
 from fleet_rlm.config import Mode
-from fleet_rlm.engine.budget import BudgetExceeded, TurnCancelled
+from fleet_rlm.engine.budget import budget_error_in
 from fleet_rlm.engine.events import EventType
 from fleet_rlm.engine.routes.context import RouteContext
 from fleet_rlm.engine.routes.direct import run_direct
@@ -58,7 +58,7 @@ def _triage(ctx: RouteContext) -> RouteChoice:
     try:
         verdict = triage(ctx)
     except Exception as exc:
-        if ctx.budget.cancelled or _stop_cause(exc) is not None:
+        if ctx.budget.cancelled or budget_error_in(exc) is not None:
             raise  # the turn is over, not the triage
         _warn(ctx, f"triage failed ({_one_line(exc)}); using the {FALLBACK} route")
         return RouteChoice(FALLBACK, "triage failed, so the turn takes the default route")
@@ -70,18 +70,6 @@ def _triage(ctx: RouteContext) -> RouteChoice:
 
 def _warn(ctx: RouteContext, message: str) -> None:
     ctx.trace.emitter.emit(EventType.WARNING, {"message": message})
-
-
-def _stop_cause(exc: BaseException) -> BaseException | None:
-    """A budget or cancel error under ``exc`` (DSPy wraps what model calls raise): it ends the turn."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, BudgetExceeded | TurnCancelled):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def _one_line(exc: BaseException) -> str:
