@@ -4,7 +4,7 @@ import csv
 import io
 
 from fleet_rlm.engine.events import TERMINAL_TYPES, EventType
-from fleet_rlm.testing.scripted_model import rlm_step
+from fleet_rlm.testing.scripted_model import fields_reply, rlm_step
 
 from .conftest import Harness
 
@@ -106,3 +106,13 @@ def test_llm_query_batched_answers_every_prompt_in_order(harness: Harness) -> No
     assert run.outcome.usage["sub_calls"] == 8
     tool_names = [e.data["name"] for e in run.of(EventType.TOOL_FINISHED)]
     assert "llm_query_batched" in tool_names
+
+
+def test_dspy_sub_agents_in_sandbox_code_use_the_sub_model_on_the_turn_budget(harness: Harness) -> None:
+    code = "import dspy\nguess = dspy.Predict('question -> answer')(question='six times seven?').answer\nSUBMIT(answer=guess)"
+    harness.server.script("root", rlm_step("Use a sub-agent.", code))
+    harness.server.script("sub", fields_reply(answer="42"))
+    run = harness.run("Anything")
+    assert run.outcome.status == "completed", run.outcome.error
+    assert run.outcome.answer == "42"
+    assert run.outcome.usage["sub_calls"] == 1

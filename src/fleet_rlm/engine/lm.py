@@ -65,9 +65,10 @@ class MeteredLM(BaseLM):  # type: ignore[misc]
                 stack.enter_context(dspy.context(send_stream=None))
             messages = kwargs.get("messages")
             origin = _adapter_call.get()
-            if messages is not None and origin is not None and origin[0] is self and origin[1] is messages:
-                # DSPy's adapter vouches for its own message call to *this* LM; pass that on to the
-                # wrapped LM so it does not mistake the adapter's call for deprecated user code.
+            if messages is not None and origin is not None and origin[1] is messages:
+                # DSPy's adapter vouches for its own message call (to this LM, or to a DSPy wrapper such
+                # as the sandbox facade's SandboxLM around it); pass that on to the wrapped LM so it does
+                # not mistake the adapter's call for deprecated user code.
                 stack.enter_context(adapter_message_call(self._lm, messages))
             yield
 
