@@ -124,3 +124,22 @@ def test_cancel_stops_the_wait_on_the_model(harness: Harness) -> None:
 
     assert asyncio.run(scenario()) < 1.0
     assert events[-1].type is EventType.TURN_CANCELLED
+
+
+def test_token_ceiling_is_checked_before_each_model_call(harness: Harness) -> None:
+    # Every scripted reply reports 10 prompt + 5 completion tokens.
+    harness.server.script("root", *(rlm_step(f"Step {i}.", f"x = {i}") for i in range(4)))
+    run = harness.run("Anything", max_tokens_per_turn=20)
+    assert run.outcome.status == "failed"
+    assert run.outcome.error == "token budget exhausted: 30 of 20 tokens used"
+    assert run.outcome.usage["model_calls"] == 2
+    assert [e.data["budget"] for e in run.of(EventType.BUDGET_EXHAUSTED)] == ["tokens"]
+
+
+def test_cost_ceiling_uses_configured_prices(harness: Harness) -> None:
+    harness.server.script("root", *(rlm_step(f"Step {i}.", f"x = {i}") for i in range(4)))
+    # $1 per input token and nothing per output token: each call costs $10.
+    run = harness.run("Anything", max_cost_per_turn=15.0, model_prices={"openai/root": (1_000_000.0, 0.0)})
+    assert run.outcome.status == "failed"
+    assert run.outcome.error == "cost budget exhausted: 20.0000 of 15 spent"
+    assert run.outcome.usage["model_calls"] == 2
