@@ -170,3 +170,19 @@ SUBMIT(answer=','.join(r['status'] for r in results))"""
     while live_sandbox_pids(harness.tmp) - before and time.monotonic() < deadline:
         time.sleep(0.1)
     assert live_sandbox_pids(harness.tmp) - before == set()
+
+
+def test_children_per_turn_are_capped_with_a_readable_refusal(harness: Harness) -> None:
+    code = """results = spawn_agents([{'task': f'capped {i}'} for i in range(3)])
+print(sorted(r['status'] for r in results))
+print([r['error'] for r in results if r['status'] == 'refused'])
+SUBMIT(answer='ok')"""
+    harness.server.script_for_task("root", "PARENT", rlm_step("Three children.", code))
+    for i in range(3):
+        harness.server.script_for_task("root", f"capped {i}", child_step(i))
+    run = harness.run("PARENT capped", max_children_per_turn=2)
+
+    assert run.outcome.status == "completed", run.outcome.error
+    assert "['completed', 'completed', 'refused']" in run.output_text()
+    assert "child-agent limit reached: 2 per turn" in run.output_text()
+    assert len(run.of(EventType.CHILD_STARTED)) == 2
