@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import io
+import time
 
 from rich.console import Console
 
 from fleet_rlm.clients.cli.render import EventRenderer
-from fleet_rlm.clients.terminal.status import LiveFooter, TurnStatus
+from fleet_rlm.clients.terminal.status import TurnStatus
+from fleet_rlm.clients.terminal.stream import Footer
 from fleet_rlm.clients.terminal.trace import trace_tree
 from fleet_rlm.engine.events import EventType
 
@@ -67,10 +69,17 @@ def test_status_line_counts_iterations_model_calls_and_elapsed() -> None:
     for event in events[7:13]:  # the call finished, a child started and iterates
         status.observe(event)
     assert status.line(now=started + 13) == "iteration 1/5 · model calls 3/12 · 13s · 1 child agent(s)"
+    status.started_at = time.time()
     console, out = plain_console()
-    console.print(LiveFooter(status, renderer_pending := EventRenderer(console).pending))
-    assert renderer_pending.plain == ""
-    assert "(Ctrl-C cancels)" in out.getvalue()
+    renderer = EventRenderer(console, line_buffered=True)
+    renderer.render(events[8])  # "partial " without a newline yet
+    console.print(Footer(renderer, status))
+    pending, footer = out.getvalue().splitlines()
+    assert pending == "partial "
+    assert footer.startswith(" iteration 1/5 · model calls 3/12 · ") and footer.endswith("· Ctrl-C cancels ")
+    status.note = "cancelling…"
+    console.print(Footer(renderer, status))
+    assert out.getvalue().splitlines()[-1].endswith("· cancelling… · Ctrl-C again quits ")
 
 
 def test_trace_draws_spans_as_a_tree() -> None:

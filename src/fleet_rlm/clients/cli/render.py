@@ -1,11 +1,13 @@
 """Rendering a turn's events in a terminal: reasoning dimmed, code highlighted, output, tool calls.
 
-Shared by ``fleet run`` and the interactive client (``fleet chat``). Deltas are printed as they
-arrive; the full ``reasoning``/``code`` events that follow them are then skipped so nothing shows
-twice. Child agents are indented under the parent that spawned them, following ``span_id`` /
-``parent_span_id``. With ``line_buffered`` (used under a live status line, which can only sit below
-whole lines) streamed text is printed a line at a time and the unfinished line is kept in
-:attr:`EventRenderer.pending`.
+Shared by ``fleet run`` and the interactive client (``fleet chat``). Reasoning deltas are printed
+as they arrive and the full ``reasoning`` event that follows them is then skipped, so nothing
+shows twice. Code deltas are not printed (the model's raw text, fences and all): the code is
+shown once, highlighted, from the ``code`` event; meanwhile :attr:`EventRenderer.draft` holds a
+one-line preview of the code being written, for a live footer. Child agents are indented under
+the parent that spawned them, following ``span_id`` / ``parent_span_id``. With ``line_buffered``
+(used under a live footer, which can only sit below whole lines) streamed text is printed a line
+at a time and the unfinished line is kept in :attr:`EventRenderer.pending`.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ class EventRenderer:
         self.line_buffered = line_buffered
         self.levels = SpanLevels()
         self.pending = Text()
+        self.draft = Text()
+        self._drafts: dict[str, str] = {}
         self._pending_indent = 0
         self._streamed: set[tuple[str, str]] = set()
         self._open_stream: tuple[str, str] | None = None
@@ -87,6 +91,10 @@ class EventRenderer:
         self._at_line_start = True
         self._open_stream = None
 
+    def flush(self) -> None:
+        """Print the unfinished streamed line, if any (the stream ended or broke mid-line)."""
+        self._end_stream()
+
     def _stream(self, key: tuple[str, str], text: str, style: str, level: int, heading: str | None) -> None:
         if self._open_stream != key:
             self._end_stream()
@@ -103,27 +111,30 @@ class EventRenderer:
                 self.console.print(Text(text, style=style), end="")
                 self._at_line_start = text.endswith("\n")
             return
-        self.pending.append(text, style=style)
-        while "\n" in self.pending.plain:
-            line, _, rest = self.pending.plain.partition("\n")
+        *lines, rest = (self.pending.plain + text).split("\n")
+        # The footer shows ``pending``: it must hold no finished line while those lines print.
+        self.pending = Text(rest, style=style)
+        for line in lines:
             self._print(Text(line, style=style), level)
-            self.pending = Text(rest, style=style)
+
+    def _draft_code(self, span_id: str, text: str, level: int) -> None:
+        if span_id not in self._drafts:
+            self._end_stream()
+            self._print(Text("· writing code", style="dim"), level)
+        draft = self._drafts[span_id] = self._drafts.get(span_id, "") + text
+        lines = [line for line in draft.splitlines() if line.strip() and not line.startswith("```")]
+        self.draft = Text(f"✎ {len(lines)} line(s): {preview(lines[-1]) if lines else ''}", style="cyan")
 
     def render(self, event: Event) -> None:
         kind = event.type
         data = event.data
         level = self.levels.level_of(event)
-        if kind in (EventType.REASONING_DELTA, EventType.CODE_DELTA):
-            field = "reasoning" if kind is EventType.REASONING_DELTA else "code"
-            self._streamed.add((event.span_id, field))
-            heading = "· thinking" if field == "reasoning" else "· writing code"
-            self._stream(
-                (event.span_id, field),
-                str(data.get("text", "")),
-                "dim" if field == "reasoning" else "cyan",
-                level,
-                heading,
-            )
+        if kind is EventType.REASONING_DELTA:
+            self._streamed.add((event.span_id, "reasoning"))
+            self._stream((event.span_id, "reasoning"), str(data.get("text", "")), "dim", level, "· thinking")
+            return
+        if kind is EventType.CODE_DELTA:
+            self._draft_code(event.span_id, str(data.get("text", "")), level)
             return
         if kind is EventType.OUTPUT:
             style = "red" if data.get("stream") == "stderr" else ""
@@ -149,6 +160,7 @@ class EventRenderer:
                 return []
             return [Text(str(data.get("text", "")), style="dim italic")]
         if kind is EventType.CODE:
+            self.draft = Text()
             return [Syntax(str(data.get("code", "")), "python", theme="ansi_dark", line_numbers=False)]
         if kind is EventType.TOOL_STARTED:
             self._tool_arguments[str(data.get("call_id"))] = str(data.get("arguments", ""))

@@ -10,9 +10,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from rich.console import Group, RenderableType
-from rich.text import Text
-
 from fleet_rlm.engine.events import Event, EventType
 
 MODEL_TOOLS = ("llm_query", "llm_query_batched")
@@ -85,15 +82,3 @@ class TurnStatus:
         if self.note:
             parts.append(self.note)
         return " · ".join(parts)
-
-
-class LiveFooter:
-    """What a ``rich.live.Live`` shows below the printed lines: the unfinished line, then the status."""
-
-    def __init__(self, status: TurnStatus, pending: Text) -> None:
-        self.status = status
-        self.pending = pending
-
-    def __rich__(self) -> RenderableType:
-        status = Text(f"⏳ {self.status.line()}  (Ctrl-C cancels)", style="reverse dim")
-        return Group(self.pending, status) if self.pending.plain else status

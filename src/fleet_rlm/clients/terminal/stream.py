@@ -1,0 +1,124 @@
+"""Following one turn live: events rendered above a status line, reconnects, Ctrl-C.
+
+The stream resumes after the last event seen (``Last-Event-ID``) whenever the connection drops,
+so a server restart or a network blip shows nothing twice and misses nothing. The first Ctrl-C
+asks the server to cancel the turn and keeps following it to its end; a second one quits.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+import httpx
+from rich.console import Console, RenderableType
+from rich.live import Live
+from rich.text import Text
+
+from fleet_rlm.api.client import ApiFailure, FleetClient
+from fleet_rlm.clients.cli.render import EventRenderer
+from fleet_rlm.clients.terminal.status import TurnStatus
+from fleet_rlm.engine.events import Event
+
+RECONNECT_PATIENCE = 90.0
+MAX_BACKOFF = 2.0
+
+
+class QuitRequested(Exception):
+    """Ctrl-C pressed again while a turn was being cancelled: leave the chat."""
+
+
+class StreamLost(RuntimeError):
+    """The server stayed unreachable for longer than the reconnect patience."""
+
+
+class Footer:
+    """Shown by ``Live`` under the printed lines: the unfinished streamed line, then the status."""
+
+    def __init__(self, renderer: EventRenderer, status: TurnStatus) -> None:
+        self.renderer = renderer
+        self.status = status
+
+    def __rich__(self) -> RenderableType:
+        hint = "Ctrl-C again quits" if self.status.note.startswith("cancelling") else "Ctrl-C cancels"
+        line = Text(f" {self.status.line()} · {hint} ", style="reverse", no_wrap=True, overflow="ellipsis")
+        above = [part for part in (self.renderer.pending, self.renderer.draft) if part.plain]
+        return Text("\n").join([*above, line])
+
+
+class CancelOnInterrupt:
+    """SIGINT handler for the time a turn streams: cancel first, quit on the second press."""
+
+    def __init__(self, client: FleetClient, turn_id: str, status: TurnStatus) -> None:
+        self.client = client
+        self.turn_id = turn_id
+        self.status = status
+        self.presses = 0
+
+    def __call__(self, _signum: int, _frame: FrameType | None) -> None:
+        self.presses += 1
+        if self.presses > 1:
+            raise QuitRequested
+        self.status.note = "cancelling…"
+        threading.Thread(target=self._cancel, daemon=True).start()
+
+    def _cancel(self) -> None:
+        # A connection of its own: the streaming one is busy in the main thread.
+        try:
+            with FleetClient(self.client.base_url, token=self.client.token) as canceller:
+                canceller.cancel(self.turn_id)
+        except ApiFailure as exc:
+            self.status.note = "" if exc.status == 409 else f"cancel failed: {exc.message}"
+        except httpx.TransportError:
+            self.status.note = "cancel failed: server unreachable (Ctrl-C again quits)"
+
+
+def resilient_events(client: FleetClient, turn_id: str, status: TurnStatus, after: int = 0) -> Iterator[Event]:
+    """Every event after ``after`` to the terminal one, reconnecting from the last seq seen."""
+    last = after
+    lost_since: float | None = None
+    attempts = 0
+    while True:
+        try:
+            for event in client.events(turn_id, after=last):
+                last = event.seq
+                if lost_since is not None:
+                    lost_since, attempts, status.note = None, 0, ""
+                yield event
+                if event.terminal:
+                    return
+        except httpx.TransportError:
+            pass
+        except ApiFailure as exc:
+            if exc.status < 500:
+                raise
+        lost_since = lost_since or time.monotonic()
+        if time.monotonic() - lost_since > RECONNECT_PATIENCE:
+            raise StreamLost(f"lost the event stream of {turn_id} for {RECONNECT_PATIENCE:.0f}s")
+        attempts += 1
+        status.note = f"reconnecting (attempt {attempts}, resuming after event {last})"
+        time.sleep(min(0.2 * attempts, MAX_BACKOFF))
+
+
+def follow_turn(client: FleetClient, console: Console, turn_id: str, after: int = 0) -> Event | None:
+    """Render the turn live to its end; returns its terminal event (None if the stream had none)."""
+    renderer = EventRenderer(console, line_buffered=True)
+    status = TurnStatus()
+    interrupt = CancelOnInterrupt(client, turn_id, status)
+    previous = signal.signal(signal.SIGINT, interrupt)
+    terminal: Event | None = None
+    try:
+        with Live(Footer(renderer, status), console=console, transient=True, refresh_per_second=4) as live:
+            for event in resilient_events(client, turn_id, status, after):
+                status.observe(event)
+                renderer.render(event)
+                live.refresh()
+                if event.terminal:
+                    terminal = event
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        renderer.flush()
+    return terminal
