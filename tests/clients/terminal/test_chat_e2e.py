@@ -9,9 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fleet_rlm.clients.terminal.client import ChatClient
 from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
-from tests.api.server import free_port
+from fleet_rlm.testing.settings import scripted_settings
+from tests.api.server import free_port, server_in_thread
 
+from .proxy import CuttableProxy
 from .tmux import Pane, chat_env
 
 SALES = "region,quarter,revenue\nnorth,Q1,100\nsouth,Q1,80\nnorth,Q2,70\nsouth,Q2,120\neast,Q2,5\n"
@@ -99,7 +102,7 @@ def test_attach_task_artifacts_get_cancel_and_exit(
     pane.wait_for_prompt("sales")
     pane.type("Slow task")
     pane.wait_for("slow work started")
-    pane.wait_for(r"model calls 1/60 · \d+s · Ctrl-C cancels")
+    pane.wait_for(r"Ctrl-C cancels │ iteration 1/20 · model calls 1/60 · \d+s")
     pane.keys("C-c")
     screen = pane.wait_for("✗ turn cancelled", timeout=30)
     pane.wait_for_prompt("sales")
@@ -114,3 +117,56 @@ def test_attach_task_artifacts_get_cancel_and_exit(
     screen = pane.wait_for("chat-exited-0")
     assert "Traceback" not in screen
     assert not health(port), "the server the chat started stops with it"
+
+
+def test_resume_history_multiline_and_a_second_ctrl_c_quits(
+    model_server: ScriptedModelServer, home: Path, tmp_path: Path
+) -> None:
+    settings = scripted_settings(model_server, home, mode="rlm", sandbox_pool_size=1)
+    env = chat_env(tmp_path, {})
+    with server_in_thread(settings) as server, ChatClient(server.base_url) as api:
+        proxy = CuttableProxy(int(server.base_url.rsplit(":", 1)[1]))
+        first = Pane(tmp_path / "first.sock", tmp_path, env)
+        try:
+            model_server.script("root", rlm_step("Answer.", "SUBMIT(answer='**two lines** received')"))
+            first.start("--url", proxy.url, "--session", "notes")
+            first.wait_for_prompt("notes")
+            first.type("first line", enter=False)
+            first.keys("Escape", "Enter")
+            first.type("second line")
+            first.wait_for("two lines received")
+            first.wait_for_prompt("notes")
+            assert api.turns("notes")[0]["message"] == "first line\nsecond line"
+            first.type("/quit")
+            first.wait_for("chat-exited-0")
+        finally:
+            first.close()
+
+        second = Pane(tmp_path / "second.sock", tmp_path, env)
+        try:
+            second.start("--url", proxy.url, "--session", "notes")
+            screen = second.wait_for_prompt("notes")
+            assert "session notes: 1 turn(s); the last 1:" in screen
+            assert "#1 › first line" in screen and "two lines received" in screen
+            second.keys("Up", "Up")  # the latest entry is /quit, the one before it the two-line message
+            second.wait_for(r"^fleet:notes> first line\n\.+ second line$")
+            second.keys("C-c")
+            second.wait_for(r"\(Ctrl-D or /quit leaves\)")
+
+            model_server.script("root", rlm_step("Take a while.", SLOW))
+            second.type("Slow task")
+            second.wait_for("slow work started")
+            proxy.pause()  # the server seems gone: the chat keeps trying, and the cancel cannot get through
+            second.wait_for(r"reconnecting \(attempt \d+, from event \d+\)")
+            second.keys("C-c")
+            second.wait_for("Ctrl-C again quits │ .* cancel failed: server unreachable")
+            second.keys("C-c")
+            screen = second.wait_for("chat-exited-0")
+            assert "Traceback" not in screen
+        finally:
+            second.close()
+            proxy.close()
+        assert httpx.get(server.base_url + "/api/v1/health").status_code == 200, "a server found running stays"
+        running = api.turns("notes")[-1]
+        assert running["status"] == "running", "the cancel never reached the server"
+        api.cancel(running["id"])

@@ -76,10 +76,11 @@ def test_status_line_counts_iterations_model_calls_and_elapsed() -> None:
     console.print(Footer(renderer, status))
     pending, footer = out.getvalue().splitlines()
     assert pending == "partial "
-    assert footer.startswith(" iteration 1/5 · model calls 3/12 · ") and footer.endswith("· Ctrl-C cancels ")
-    status.note = "cancelling…"
+    assert footer.startswith(" Ctrl-C cancels │ iteration 1/5 · model calls 3/12 · ")
+    status.cancel_requested = True
     console.print(Footer(renderer, status))
-    assert out.getvalue().splitlines()[-1].endswith("· cancelling… · Ctrl-C again quits ")
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith(" Ctrl-C again quits │ ") and last.endswith("· cancelling… ")
 
 
 def test_trace_draws_spans_as_a_tree() -> None:

@@ -25,6 +25,8 @@ class TurnStatus:
     running_tools: dict[str, str] = field(default_factory=dict)
     children_running: int = 0
     note: str = ""
+    cancel_requested: bool = False
+    cancel_error: str = ""
     finished: bool = False
     _spans: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
     _child_spans: set[str] = field(default_factory=set, init=False, repr=False)
@@ -79,6 +81,8 @@ class TurnStatus:
             parts.append("running " + ", ".join(sorted(set(self.running_tools.values()))))
         if self.children_running:
             parts.append(f"{self.children_running} child agent(s)")
+        if self.cancel_requested:
+            parts.append(f"cancel failed: {self.cancel_error}" if self.cancel_error else "cancelling…")
         if self.note:
             parts.append(self.note)
         return " · ".join(parts)

@@ -43,10 +43,12 @@ class Footer:
         self.status = status
 
     def __rich__(self) -> RenderableType:
-        hint = "Ctrl-C again quits" if self.status.note.startswith("cancelling") else "Ctrl-C cancels"
-        line = Text(f" {self.status.line()} · {hint} ", style="reverse", no_wrap=True, overflow="ellipsis")
+        hint = "Ctrl-C again quits" if self.status.cancel_requested else "Ctrl-C cancels"
+        line = Text(f" {hint} │ {self.status.line()} ", style="reverse")
         above = [part for part in (self.renderer.pending, self.renderer.draft) if part.plain]
-        return Text("\n").join([*above, line])
+        footer = Text("\n").join([*above, line])
+        footer.no_wrap, footer.overflow = True, "ellipsis"  # a footer that wraps would leave copies behind
+        return footer
 
 
 class CancelOnInterrupt:
@@ -62,7 +64,7 @@ class CancelOnInterrupt:
         self.presses += 1
         if self.presses > 1:
             raise QuitRequested
-        self.status.note = "cancelling…"
+        self.status.cancel_requested = True
         threading.Thread(target=self._cancel, daemon=True).start()
 
     def _cancel(self) -> None:
@@ -71,9 +73,10 @@ class CancelOnInterrupt:
             with FleetClient(self.client.base_url, token=self.client.token) as canceller:
                 canceller.cancel(self.turn_id)
         except ApiFailure as exc:
-            self.status.note = "" if exc.status == 409 else f"cancel failed: {exc.message}"
+            if exc.status != 409:  # 409: the turn ended meanwhile
+                self.status.cancel_error = exc.message
         except httpx.TransportError:
-            self.status.note = "cancel failed: server unreachable (Ctrl-C again quits)"
+            self.status.cancel_error = "server unreachable"
 
 
 def resilient_events(client: FleetClient, turn_id: str, status: TurnStatus, after: int = 0) -> Iterator[Event]:
@@ -99,7 +102,7 @@ def resilient_events(client: FleetClient, turn_id: str, status: TurnStatus, afte
         if time.monotonic() - lost_since > RECONNECT_PATIENCE:
             raise StreamLost(f"lost the event stream of {turn_id} for {RECONNECT_PATIENCE:.0f}s")
         attempts += 1
-        status.note = f"reconnecting (attempt {attempts}, resuming after event {last})"
+        status.note = f"reconnecting (attempt {attempts}, from event {last})"
         time.sleep(min(0.2 * attempts, MAX_BACKOFF))
 
 

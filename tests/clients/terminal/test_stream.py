@@ -1,0 +1,76 @@
+"""Following a turn through a real server when the connection drops mid-stream."""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from fleet_rlm.clients.terminal.client import ChatClient
+from fleet_rlm.clients.terminal.status import TurnStatus
+from fleet_rlm.clients.terminal.stream import follow_turn, resilient_events
+from fleet_rlm.engine.events import EventType
+from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.settings import scripted_settings
+from tests.api.server import RunningServer, server_in_thread
+
+from .proxy import CuttableProxy
+
+TWO_PARTS = "print('part one', flush=True)\nimport time\ntime.sleep(1.5)\nprint('part two')\nSUBMIT(answer='done')"
+
+
+@pytest.fixture
+def api(model_server: ScriptedModelServer, home: Path) -> Iterator[RunningServer]:
+    settings = scripted_settings(model_server, home, mode="rlm", sandbox_pool_size=1)
+    with server_in_thread(settings) as server:
+        yield server
+
+
+@pytest.fixture
+def proxy(api: RunningServer) -> Iterator[CuttableProxy]:
+    port = int(api.base_url.rsplit(":", 1)[1])
+    created = CuttableProxy(port)
+    yield created
+    created.close()
+
+
+def test_a_dropped_stream_resumes_after_the_last_event_seen(
+    proxy: CuttableProxy, model_server: ScriptedModelServer
+) -> None:
+    model_server.script("root", rlm_step("Two parts.", TWO_PARTS))
+    with ChatClient(proxy.url) as client:
+        session = client.create_session()
+        turn = client.submit_turn(session["id"], "Two parts")
+        status = TurnStatus()
+        seen = []
+        notes = []
+        for event in resilient_events(client, turn["id"], status):
+            seen.append(event)
+            notes.append(status.note)
+            if event.type is EventType.OUTPUT and "part one" in event.data["text"]:
+                threading.Timer(0.2, proxy.cut).start()
+    assert [e.seq for e in seen] == list(range(1, len(seen) + 1)), "nothing missed, nothing repeated"
+    assert seen[-1].type is EventType.TURN_COMPLETED
+    assert [e.data["text"] for e in seen if e.type is EventType.OUTPUT] == ["part one\n", "part two\n"]
+    assert proxy.connections >= 2
+
+
+def test_follow_turn_renders_a_dropped_stream_once(proxy: CuttableProxy, model_server: ScriptedModelServer) -> None:
+    model_server.script("root", rlm_step("Two parts.", TWO_PARTS))
+    out = io.StringIO()
+    console = Console(file=out, width=100, color_system=None)
+    with ChatClient(proxy.url) as client:
+        session = client.create_session()
+        turn = client.submit_turn(session["id"], "Two parts")
+        threading.Timer(1.0, proxy.cut).start()
+        terminal = follow_turn(client, console, turn["id"])
+    assert terminal is not None and terminal.type is EventType.TURN_COMPLETED
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert lines.count("part one") == 1 and lines.count("part two") == 1
+    assert lines.count("Two parts.") == 1
+    assert lines.count("print('part one', flush=True)") == 1
+    assert proxy.connections >= 2
