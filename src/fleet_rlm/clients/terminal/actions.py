@@ -195,7 +195,7 @@ def do_artifacts(state: ChatState, _args: tuple[str, ...]) -> None:
 def do_get(state: ChatState, args: tuple[str, ...]) -> None:
     remote = _remote_path(state, args[0], state.client.files(state.session_id), "get")
     name = Path(remote["path"]).name
-    target = Path(args[1]).expanduser() if len(args) > 1 else Path.cwd() / name
+    target = Path.cwd() / Path(args[1]).expanduser() if len(args) > 1 else Path.cwd() / name
     if target.is_dir() or (len(args) > 1 and args[1].endswith("/")):
         target = target / name
     if not target.parent.is_dir():

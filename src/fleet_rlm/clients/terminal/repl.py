@@ -60,6 +60,11 @@ def _run_line(state: ChatState, line: str) -> None:
         run_command(state, parsed)
 
 
+def handle_line(state: ChatState, line: str) -> bool:
+    """Run one typed line; False when the chat should end."""
+    return _guarded(state, functools.partial(_run_line, state, line))
+
+
 def _guarded(state: ChatState, action: Callable[[], None]) -> bool:
     """Run ``action``, reporting any failure in one line; False when the chat should end."""
     console = state.console
@@ -112,7 +117,7 @@ def repl(settings: Settings, connection: Connection, session_ref: str | None, co
                 continue
             except EOFError:
                 break
-            if not _guarded(state, functools.partial(_run_line, state, line)):
+            if not handle_line(state, line):
                 break
         return 0
     finally:

@@ -1,0 +1,141 @@
+"""Slash commands and turns against a real server and the scripted model, without a terminal."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from fleet_rlm.clients.terminal.actions import ChatState, open_session
+from fleet_rlm.clients.terminal.client import ChatClient
+from fleet_rlm.clients.terminal.repl import handle_line
+from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.settings import scripted_settings
+from tests.api.server import RunningServer, server_in_thread
+
+
+@pytest.fixture
+def api(model_server: ScriptedModelServer, home: Path) -> Iterator[RunningServer]:
+    with server_in_thread(scripted_settings(model_server, home, mode="rlm", sandbox_pool_size=1)) as server:
+        yield server
+
+
+class Chat:
+    def __init__(self, client: ChatClient, session_ref: str | None = None) -> None:
+        self.out = io.StringIO()
+        self.client = client
+        session, _ = open_session(client, session_ref)
+        self.state = ChatState(client, Console(file=self.out, width=120, color_system=None), session)
+
+    def run(self, line: str) -> list[str]:
+        """The lines the chat printed for ``line``."""
+        start = self.out.tell()
+        assert handle_line(self.state, line)
+        return [text.rstrip() for text in self.out.getvalue()[start:].splitlines()]
+
+
+@pytest.fixture
+def chat(api: RunningServer) -> Iterator[Chat]:
+    with ChatClient(api.base_url) as client:
+        yield Chat(client, "work")
+
+
+def test_child_agents_render_nested_under_their_parent(chat: Chat, model_server: ScriptedModelServer) -> None:
+    parent = "r = spawn_agent('child CHILD count')\nprint('parent got', r['answer'])\nSUBMIT(answer=str(r['answer']))"
+    child = "print('child counting')\nSUBMIT(answer='child says 3')"
+    model_server.script_for_task("root", "PARENT", rlm_step("Delegate.", parent))
+    model_server.script_for_task("root", "CHILD", rlm_step("Count.", child))
+    lines = chat.run("PARENT: delegate the count")
+    started = next(i for i, line in enumerate(lines) if line.startswith("  ⇢ child "))
+    finished = next(i for i, line in enumerate(lines) if line.startswith("  ⇠ child "))
+    inside = [line for line in lines[started + 1 : finished] if line.strip()]
+    assert "    child counting" in inside
+    assert any(line.startswith("    ─") and "iteration 1/" in line for line in inside)
+    assert all(line.startswith("    ") for line in inside)
+    assert "parent got child says 3" in lines[finished:]
+    assert "completed" in lines[finished]
+
+
+def test_context_applies_to_the_next_turn_only(chat: Chat, model_server: ScriptedModelServer, tmp_path: Path) -> None:
+    (tmp_path / "sales.csv").write_text("a,b\n1,2\n")
+    chat.run(f"/attach {tmp_path / 'sales.csv'}")
+    assert chat.run("/context nope.csv") == ["/context nope.csv: no such file in this session; /files lists them"]
+    assert chat.run("/context sales.csv") == ["context for the next turn: files/sales.csv"]
+    model_server.script("root", rlm_step("Done.", "SUBMIT(answer='ok')"), rlm_step("Done.", "SUBMIT(answer='ok')"))
+    chat.run("first")
+    chat.run("second")
+    assert [t["context_paths"] for t in chat.client.turns("work")] == [["files/sales.csv"], []]
+    assert chat.run("/context") == ["context for the next turn: none"]
+
+
+def test_mode_and_budget_are_stored_with_the_session(chat: Chat) -> None:
+    assert chat.run("/mode") == ["mode: not set (the server's default)"]
+    assert chat.run("/mode direct") == ["mode: direct"]
+    assert chat.run("/budget iterations=3 tokens=5000")[:1] == ["iterations   3"]
+    assert chat.run("/budget tokens=off timeout=90") == [
+        "iterations   3",
+        "model_calls  (server default)",
+        "timeout      90.0",
+        "tokens       (server default)",
+    ]
+    stored = chat.client.session("work")
+    assert stored["mode"] == "direct"
+    assert stored["settings"] == {"max_iterations": 3, "turn_timeout": 90.0}
+
+
+def test_sessions_new_resume_and_their_hints(chat: Chat, model_server: ScriptedModelServer) -> None:
+    model_server.script("root", rlm_step("Done.", "SUBMIT(answer='the **answer**')"))
+    chat.run("a question")
+    assert chat.run("/new other") == ["new session other"]
+    assert chat.run("/new other") == ["/new other: a session has that name; /resume other opens it"]
+    assert chat.run("/trace") == ["this session has no turns yet"]
+    assert chat.run("/resume missing") == [
+        "/resume missing: no such session; /sessions lists them, /new missing creates it"
+    ]
+    resumed = chat.run("/resume work")
+    assert resumed[:3] == ["session work: 1 turn(s); the last 1:", "#1 › a question", "the answer"]
+    sessions = chat.run("/sessions")
+    assert any(line.startswith("*") and "work" in line for line in sessions)
+    assert any(line.lstrip().startswith("other") for line in sessions)
+    assert chat.run("/trace 7") == ["/trace 7: no such turn; give its number (1..1) or id"]
+    assert chat.run("/cancel") == ["no turn is running"]
+
+
+def test_memory_shows_what_turns_remembered(chat: Chat, model_server: ScriptedModelServer) -> None:
+    assert chat.run("/memory") == ["no memory yet (turns write it under memory/)"]
+    code = "open('memory/notes.md', 'w').write('north is the largest region')\nSUBMIT(answer='noted')"
+    model_server.script("root", rlm_step("Remember.", code))
+    chat.run("remember this")
+    shown = chat.run("/memory")
+    assert shown[0].startswith("memory/notes.md (")
+    assert "north is the largest region" in shown
+
+
+def test_attach_directories_and_get_refuses_corrupted_bytes(
+    chat: Chat, api: RunningServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "a.txt").write_text("alpha\n")
+    (data / "sub" / "b.txt").write_text("beta\n")
+    assert chat.run(f"/attach {tmp_path / 'missing.csv'}") == [
+        f"/attach {tmp_path / 'missing.csv'}: no such file or directory"
+    ]
+    attached = chat.run(f"/attach {data}")
+    assert [line.split(" (")[0] for line in attached] == ["attached files/data/a.txt", "attached files/data/sub/b.txt"]
+
+    monkeypatch.chdir(tmp_path)
+    assert chat.run("/get data/a.txt")[0].startswith(f"saved {tmp_path / 'a.txt'} (6 B, sha256 verified)")
+    listed = {f["path"]: f for f in chat.client.files("work")}
+    blob = (
+        api.settings.data_dir / "sessions" / chat.state.session_id / "blobs" / listed["files/data/sub/b.txt"]["sha256"]
+    )
+    blob.write_text("tampered\n")
+    shown = chat.run("/get files/data/sub/b.txt copy.txt")
+    assert len(shown) == 1 and shown[0].startswith("✗ files/data/sub/b.txt: downloaded sha256 ")
+    assert shown[0].endswith("; nothing saved")
+    assert not (tmp_path / "copy.txt").exists() and not (tmp_path / "copy.txt.partial").exists()
+    assert chat.run("/get data/a.txt nowhere/x.txt") == [f"/get: no directory {tmp_path / 'nowhere'} to save into"]
