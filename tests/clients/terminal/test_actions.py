@@ -98,7 +98,7 @@ def test_sessions_new_resume_and_their_hints(chat: Chat, model_server: ScriptedM
     resumed = chat.run("/resume work")
     assert resumed[:3] == ["session work: 1 turn(s); the last 1:", "#1 › a question", "the answer"]
     sessions = chat.run("/sessions")
-    assert any(line.startswith("*") and "work" in line for line in sessions)
+    assert any(line.startswith("*") and "work" in line and "a question" in line for line in sessions)
     assert any(line.lstrip().startswith("other") for line in sessions)
     assert chat.run("/trace 7") == ["/trace 7: no such turn; give its number (1..1) or id"]
     assert chat.run("/cancel") == ["no turn is running"]

@@ -25,6 +25,7 @@ from fleet_rlm.clients.terminal.stream import follow_turn
 from fleet_rlm.clients.terminal.trace import trace_tree
 
 HISTORY_SHOWN = 3
+TITLE_CHARS = 60
 SESSION_ID_PREFIX = "ses_"  # ids look like this; a missing one is an error, not a new name
 MEMORY_PREVIEW_CHARS = 2000
 TEXT_KINDS = ("text", "markdown", "csv", "tsv", "json", "jsonl", "code")
@@ -101,6 +102,8 @@ def switch_to(state: ChatState, session: dict[str, Any], existed: bool) -> None:
 
 
 def send_message(state: ChatState, message: str) -> None:
+    if not state.session.get("title"):  # so /sessions says what an unnamed session was about
+        state.session = state.client.update_session(state.session_id, title=preview(message, TITLE_CHARS))
     turn = state.client.submit_turn(
         state.session_id, message, idempotency_key=uuid.uuid4().hex, context_paths=state.context_paths
     )
