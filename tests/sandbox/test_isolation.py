@@ -209,6 +209,11 @@ def test_worker_killed_from_outside_is_an_interpreter_error(sandbox: LocalSandbo
     sandbox.execute("x = 1")
     assert sandbox.worker_pid is not None
     os.kill(sandbox.worker_pid, signal.SIGKILL)
+    # Killing bwrap takes the worker down with it, asynchronously: wait until it is gone.
+    uid = sandbox.worker_uid
+    deadline = time.monotonic() + 5
+    while uid is not None and list(walk_processes_of(uid)) and time.monotonic() < deadline:
+        time.sleep(0.02)
     with pytest.raises(CodeInterpreterError, match="exited unexpectedly") as caught:
         sandbox.execute("print(x)")
     assert not isinstance(caught.value, CodeExecutionError)
