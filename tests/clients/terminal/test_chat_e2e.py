@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,3 +173,46 @@ def test_resume_history_multiline_and_a_second_ctrl_c_quits(
         running = api.turns("notes")[-1]
         assert running["status"] == "running", "the cancel never reached the server"
         api.cancel(running["id"])
+
+
+def server_processes(port: int) -> list[int]:
+    """Pids of the servers a chat started to listen on ``port``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"background_server" in cmdline and cmdline.endswith(f"--port\0{port}\0".encode()):
+                found.append(int(entry.name))
+    return found
+
+
+def wait_until_gone(port: int) -> None:
+    deadline = time.monotonic() + 20
+    while server_processes(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server_processes(port) == []
+
+
+def test_ctrl_c_while_the_background_server_starts_leaves_nothing_behind(pane: Pane, port: int) -> None:
+    pane.start()
+    deadline = time.monotonic() + 90
+    while not server_processes(port):
+        assert time.monotonic() < deadline, f"the chat did not start a server:\n{pane.screen()}"
+        time.sleep(0.05)
+    pane.keys("C-c")
+    screen = pane.wait_for("chat-exited-130")
+    assert "Traceback" not in screen
+    wait_until_gone(port)
+
+
+def test_a_chat_killed_outright_takes_its_server_along(pane: Pane, port: int) -> None:
+    pane.start()
+    pane.wait_for(r"^fleet:ses_\w+>", timeout=90)
+    [server] = server_processes(port)
+    chat = int(Path(f"/proc/{server}/stat").read_text().split()[3])
+    os.kill(chat, signal.SIGKILL)
+    pane.wait_for("chat-exited-137")
+    wait_until_gone(port)

@@ -79,5 +79,5 @@ def test_a_missing_session_id_is_not_created_as_a_name(
     with server_in_thread(scripted_settings(model_server, home)) as server:
         result = chat(tmp_path, "--url", server.base_url, "--session", "ses_0000000000000000")
     assert result.returncode == 2
-    assert "no session with id ses_0000000000000000; /sessions lists them" in result.stdout
+    assert result.stderr.strip() == "fleet: error: no session with id ses_0000000000000000; /sessions lists them"
     assert "Traceback" not in result.stdout + result.stderr

@@ -17,7 +17,6 @@ import httpx
 import typer
 from prompt_toolkit.formatted_text import HTML
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 
 from fleet_rlm.api.client import ApiFailure
@@ -39,6 +38,7 @@ from fleet_rlm.config import ConfigError, Settings, load_settings
 
 EXIT_CONFIG = 2
 EXIT_UNREACHABLE = 1
+EXIT_INTERRUPTED = 130
 
 
 def _prompt_text(state: ChatState) -> HTML:
@@ -84,6 +84,8 @@ def _guarded(state: ChatState, action: Callable[[], None]) -> bool:
         console.print(Text(f"✗ {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), style="red"))
     except KeyboardInterrupt:
         console.print(Text("interrupted", style="yellow"))
+    except Exception as exc:  # a bug must not end the session the person is working in
+        console.print(Text(f"✗ internal error: {type(exc).__name__}: {exc} (please report it)", style="red"))
     return True
 
 
@@ -93,7 +95,7 @@ def repl(settings: Settings, connection: Connection, session_ref: str | None, co
         try:
             session, existed = open_session(client, session_ref)
         except (CommandError, ApiFailure) as exc:
-            console.print(Text(f"fleet: error: {getattr(exc, 'message', exc)}", style="red"))
+            print(f"fleet: error: {getattr(exc, 'message', exc)}", file=sys.stderr)
             return EXIT_CONFIG
         state = ChatState(client, console, session)
         completer = ChatCompleter(
@@ -146,9 +148,13 @@ def chat_command(
     except ConnectError as exc:
         print(f"fleet: error: {exc}", file=sys.stderr)
         raise typer.Exit(EXIT_UNREACHABLE) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     try:
         code = repl(settings, connection, session, console)
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
     finally:
         connection.close()
-    console.print(escape("bye"), style="dim")
+    console.print("bye", style="dim")
     raise typer.Exit(code)

@@ -2,12 +2,15 @@
 loopback port, or one started in the background for this chat (and stopped when it ends).
 
 The background server runs in its own session (process group), so a Ctrl-C typed into the chat
-reaches only the chat; its log goes to ``<data dir>/logs/chat-server.log``.
+reaches only the chat, and it ends when the chat process does, however that ends (see
+:mod:`fleet_rlm.clients.terminal.background_server`); its log goes to
+``<data dir>/logs/chat-server.log``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -85,19 +88,25 @@ def connect(settings: Settings, url: str | None) -> Connection:
 def _start(settings: Settings, url: str, token: str | None) -> Connection:
     settings.logs_dir.mkdir(parents=True, exist_ok=True)
     log = settings.logs_dir / LOG_NAME
-    command = [sys.executable, "-m", "fleet_rlm.api.server", "--host", "127.0.0.1", "--port", str(settings.server_port)]
+    command = [
+        sys.executable, "-m", "fleet_rlm.clients.terminal.background_server", str(os.getpid()),
+        "--host", "127.0.0.1", "--port", str(settings.server_port),
+    ]  # fmt: skip
     with log.open("ab") as out:
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
     connection = Connection(url, token, process, log)
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-            raise ConnectError(f"the background server exited at start: {tail[0]} (log: {log})")
-        if _probe(url, token):
-            return connection
-        time.sleep(0.1)
-    connection.close()
-    raise ConnectError(f"the background server did not answer within {START_TIMEOUT:.0f}s (log: {log})")
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+                raise ConnectError(f"the background server exited at start: {tail[0]} (log: {log})")
+            if _probe(url, token):
+                return connection
+            time.sleep(0.1)
+        raise ConnectError(f"the background server did not answer within {START_TIMEOUT:.0f}s (log: {log})")
+    except BaseException:  # including Ctrl-C while waiting: never leave the server behind
+        connection.close()
+        raise
