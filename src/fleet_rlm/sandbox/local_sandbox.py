@@ -262,15 +262,21 @@ class LocalSandbox:
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _send(self, data: bytes) -> None:
+        # Failing kills the worker, which takes the send lock: fail only once it is released.
         with self._send_lock:
             worker = self._worker
             if worker is None or worker.command_fd < 0:
-                self._fail(self._ended or "the sandbox worker is not running")
-            try:
-                write_all(worker.command_fd, data)
-            except OSError:
-                self._fail(self._ended or self._death_reason())
-            self.bytes_sent += len(data)
+                failure: str | None = self._ended or "the sandbox worker is not running"
+            else:
+                try:
+                    write_all(worker.command_fd, data)
+                    failure = None
+                except OSError:
+                    failure = ""
+                else:
+                    self.bytes_sent += len(data)
+        if failure is not None:
+            self._fail(failure or self._ended or self._death_reason())
 
     def _read_replies(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as stream:
