@@ -65,5 +65,7 @@ class CuttableProxy:
         self.paused = False
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close alone does not)
         self.listener.close()
         self.cut()

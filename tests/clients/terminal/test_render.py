@@ -34,7 +34,7 @@ def test_streamed_reasoning_shows_once_and_tool_calls_take_one_line() -> None:
     assert "  ↳ llm_query('hello') 0.25s" in lines
     assert "partial line" in lines and "second" in lines
     assert "north wins" in text
-    assert "  artifacts/out.csv  2.0 KB" in lines
+    assert "  artifacts/out.csv  2.0 KiB" in lines
 
 
 def test_child_agents_are_indented_under_their_parent() -> None:
@@ -95,5 +95,21 @@ def test_trace_draws_spans_as_a_tree() -> None:
     assert "0.25s" in tool
     assert tool.index("llm_query") > iteration.index("iteration")
     assert child_output.index("child says hi") > tool.index("llm_query")
-    assert "partial line" in text and "✚ artifacts/out.csv (2.0 KB)" in text
+    assert "partial line" in text and "✚ artifacts/out.csv (2.0 KiB)" in text
     assert "completed" in text and "3 model calls" in text
+
+
+def test_code_shows_once_highlighted_and_its_draft_only_in_the_footer() -> None:
+    turn = TurnEvents()
+    turn.add(EventType.CODE_DELTA, "span_it", ROOT, text="```python\nx = 1\nprint(")
+    turn.add(EventType.CODE_DELTA, "span_it", ROOT, text="x)\n```")
+    for line_buffered in (False, True):
+        console, out = plain_console()
+        renderer = EventRenderer(console, line_buffered=line_buffered)
+        renderer.render(turn.events[0])
+        assert renderer.draft.plain == "✎ 2 line(s): print("
+        renderer.render(turn.events[1])
+        renderer.render(turn.add(EventType.CODE, "span_it", ROOT, code="x = 1\nprint(x)"))
+        assert out.getvalue().splitlines() == ["· writing code", "x = 1", "print(x)"]
+        assert renderer.draft.plain == ""
+        turn.events.pop()

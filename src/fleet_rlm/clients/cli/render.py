@@ -23,18 +23,10 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from fleet_rlm.engine.events import Event, EventType
+from fleet_rlm.workspace.manifest import human_size
 
 INDENT_PER_LEVEL = 4
 PREVIEW_CHARS = 80
-
-
-def human_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
 
 
 def preview(text: str, width: int = PREVIEW_CHARS) -> str:
@@ -161,7 +153,9 @@ class EventRenderer:
             return [Text(str(data.get("text", "")), style="dim italic")]
         if kind is EventType.CODE:
             self.draft = Text()
-            return [Syntax(str(data.get("code", "")), "python", theme="ansi_dark", line_numbers=False)]
+            # Wrapped, not cropped: a person must be able to read every character of the code that runs.
+            code = str(data.get("code", ""))
+            return [Syntax(code, "python", theme="ansi_dark", line_numbers=False, word_wrap=True)]
         if kind is EventType.TOOL_STARTED:
             self._tool_arguments[str(data.get("call_id"))] = str(data.get("arguments", ""))
             return []

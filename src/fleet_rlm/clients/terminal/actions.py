@@ -18,11 +18,12 @@ from rich.table import Table
 from rich.text import Text
 
 from fleet_rlm.api.client import ApiFailure
-from fleet_rlm.clients.cli.render import human_size, preview
+from fleet_rlm.clients.cli.render import preview
 from fleet_rlm.clients.terminal.client import ACTIVE_STATUSES, ChatClient
 from fleet_rlm.clients.terminal.commands import BUDGET_KEYS, Command, CommandError, help_lines, parse_budget
 from fleet_rlm.clients.terminal.stream import follow_turn
 from fleet_rlm.clients.terminal.trace import trace_tree
+from fleet_rlm.workspace.manifest import human_size
 
 HISTORY_SHOWN = 3
 TITLE_CHARS = 60

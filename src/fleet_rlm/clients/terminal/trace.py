@@ -13,8 +13,9 @@ from rich.syntax import Syntax
 from rich.text import Text
 from rich.tree import Tree
 
-from fleet_rlm.clients.cli.render import human_size, preview, usage_line
+from fleet_rlm.clients.cli.render import preview, usage_line
 from fleet_rlm.engine.events import Event, EventType
+from fleet_rlm.workspace.manifest import human_size
 
 OUTPUT_LINES = 20
 
