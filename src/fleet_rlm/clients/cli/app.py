@@ -13,7 +13,7 @@ from fleet_rlm.clients.cli import doctor as doctor_checks
 from fleet_rlm.clients.cli import serve as serve_cli
 from fleet_rlm.clients.cli import sessions as sessions_cli
 from fleet_rlm.clients.cli.run import run_local
-from fleet_rlm.clients.terminal.repl import chat_command
+from fleet_rlm.clients.terminal.command import chat_command
 from fleet_rlm.config import ConfigError, load_settings, require_model
 
 app = typer.Typer(

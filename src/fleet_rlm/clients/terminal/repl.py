@@ -7,14 +7,11 @@ being cancelled end it. The server the chat started, if any, is stopped on the w
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 from collections.abc import Callable
-from typing import Annotated
 
 import httpx
-import typer
 from prompt_toolkit.formatted_text import HTML
 from rich.console import Console
 from rich.text import Text
@@ -32,13 +29,11 @@ from fleet_rlm.clients.terminal.client import ChatClient, DigestMismatch
 from fleet_rlm.clients.terminal.commands import Command, CommandError, Message, parse_line
 from fleet_rlm.clients.terminal.completion import ChatCompleter
 from fleet_rlm.clients.terminal.prompt import make_prompt
-from fleet_rlm.clients.terminal.server import ConnectError, Connection, connect
+from fleet_rlm.clients.terminal.server import Connection
 from fleet_rlm.clients.terminal.stream import QuitRequested, StreamLost
-from fleet_rlm.config import ConfigError, Settings, load_settings
+from fleet_rlm.config import Settings
 
 EXIT_CONFIG = 2
-EXIT_UNREACHABLE = 1
-EXIT_INTERRUPTED = 130
 
 
 def _prompt_text(state: ChatState) -> HTML:
@@ -124,37 +119,3 @@ def repl(settings: Settings, connection: Connection, session_ref: str | None, co
         return 0
     finally:
         client.close()
-
-
-def chat_command(
-    session: Annotated[
-        str | None, typer.Option("--session", "-s", help="Resume this session (name or id); a new name creates it.")
-    ] = None,
-    url: Annotated[
-        str | None,
-        typer.Option("--url", envvar="FLEET_URL", help="A Fleet server's base URL; default: the local one."),
-    ] = None,
-) -> None:
-    """Chat with Fleet: tasks stream live; /help lists the commands."""
-    try:
-        settings = load_settings()
-    except ConfigError as exc:
-        print(f"fleet: error: {exc}", file=sys.stderr)
-        raise typer.Exit(EXIT_CONFIG) from None
-    console = Console(highlight=False)
-    try:
-        with console.status("connecting…") if url is None else contextlib.nullcontext():
-            connection = connect(settings, url)
-    except ConnectError as exc:
-        print(f"fleet: error: {exc}", file=sys.stderr)
-        raise typer.Exit(EXIT_UNREACHABLE) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    try:
-        code = repl(settings, connection, session, console)
-    except KeyboardInterrupt:
-        code = EXIT_INTERRUPTED
-    finally:
-        connection.close()
-    console.print("bye", style="dim")
-    raise typer.Exit(code)
