@@ -84,17 +84,24 @@ def test_run_through_a_server_then_manage_its_sessions(
     settings = scripted_settings(model_server, home, sandbox_pool_size=0)
     with server_in_thread(settings) as api:
         model_server.script("root", rlm_step("Shout.", SAVE))
+        ran = runner.invoke(app, ["run", "shout the csv", "--url", api.base_url, "--file", str(source), "--json"])
+        assert ran.exit_code == 0, ran.output
+        events = [json.loads(line) for line in ran.output.splitlines() if line.startswith("{")]
+        assert events[-1]["type"] == "turn.completed" and events[-1]["data"]["answer"] == "shouted"
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        model_server.script("root", rlm_step("Shout.", SAVE))
         code = run_remote(
-            api.base_url, "shout the csv", files=[source], as_json=True, context_paths=[], download_to=tmp_path / "got"
+            api.base_url, "again", files=[source], as_json=False, context_paths=[], download_to=tmp_path / "got"
         )
         assert code == 0
-        events = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-        assert events[-1]["type"] == "turn.completed" and events[-1]["data"]["answer"] == "shouted"
+        assert "shouted" in capsys.readouterr().out
         assert (tmp_path / "got" / "out.csv").read_text() == "A,B\n1,2\n"
 
         listed = runner.invoke(app, ["sessions", "ls", "--url", api.base_url, "--json"])
         assert listed.exit_code == 0, listed.output
-        [session] = json.loads(listed.output)
+        sessions = json.loads(listed.output)
+        assert len(sessions) == 2
+        session = sessions[0]
         shown = json.loads(
             runner.invoke(app, ["sessions", "show", session["id"], "--url", api.base_url, "--json"]).output
         )
@@ -108,13 +115,13 @@ def test_run_through_a_server_then_manage_its_sessions(
         assert imported.exit_code == 0 and "(copy)" in imported.output
 
         model_server.script("root", rlm_step("Fail.", "raise SystemExit(3)"))
-        failing = run_remote(
-            api.base_url, "break", files=[], as_json=True, context_paths=[], session="copy", max_iterations=1
+        failing = runner.invoke(
+            app, ["run", "break", "--url", api.base_url, "--session", "copy", "--max-iterations", "1"]
         )
-        assert failing == 1
+        assert failing.exit_code == 1 and "failed" in failing.output
 
     local = json.loads(runner.invoke(app, ["sessions", "ls", "--json"]).output)
-    assert sorted(s["name"] or "" for s in local) == ["", "copy"]
+    assert sorted(s["name"] or "" for s in local) == ["", "", "copy"]
     copy = json.loads(runner.invoke(app, ["sessions", "show", "copy", "--json"]).output)
     assert [t["status"] for t in copy["turns"]] == ["completed", "failed"]
     assert runner.invoke(app, ["sessions", "rm", "copy"]).exit_code == 0

@@ -21,7 +21,7 @@ from fleet_rlm.engine.turn import HistoryEntry, Turn, TurnOutcome, TurnRequest, 
 from fleet_rlm.service.channel import TurnChannel
 from fleet_rlm.service.files import SessionFiles
 from fleet_rlm.service.pool import Lease, SandboxPool
-from fleet_rlm.service.writer import EventWriter
+from fleet_rlm.service.writer import EventJournal
 from fleet_rlm.store import Conflict, FileChanges, SessionRecord, Store, TurnRecord
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,13 @@ class TurnPlan:
 
 class TurnExecution:
     def __init__(
-        self, plan: TurnPlan, store: Store, files: SessionFiles, pool: SandboxPool, channel: TurnChannel
+        self,
+        plan: TurnPlan,
+        store: Store,
+        files: SessionFiles,
+        pool: SandboxPool,
+        channel: TurnChannel,
+        journal: EventJournal,
     ) -> None:
         self.plan = plan
         self.turn_id = plan.turn.id
@@ -55,7 +61,7 @@ class TurnExecution:
         self.files = files
         self.pool = pool
         self.channel = channel
-        self.writer = EventWriter(store, self.turn_id, channel.publish)
+        self.journal = journal
         self.loop = asyncio.get_running_loop()
         self.engine_turn: Turn | None = None
         self.cancel_requested = False
@@ -94,7 +100,7 @@ class TurnExecution:
             self._terminal = event  # published after the commit
             self._terminal_seen.set()
             return
-        self.writer.put(event)  # published to followers once stored
+        self.journal.put(event, self.channel.publish)  # followers see it once stored
 
     # The run ----------------------------------------------------------------------------------
 
@@ -106,7 +112,6 @@ class TurnExecution:
             log.exception("turn %s: server error", self.turn_id)
             await self._commit(TurnOutcome(status="failed", error=f"server error: {type(exc).__name__}: {exc}"), None)
         finally:
-            await self.writer.close()
             if self.lease is not None:
                 await self.pool.release(self.lease)
 
@@ -157,7 +162,7 @@ class TurnExecution:
         terminal = self._terminal
         if terminal is None or terminal.type is not TERMINAL_OF_STATUS[status]:
             terminal = self._own_terminal(status, outcome)
-        unwritten = await self.writer.drain()
+        unwritten = await self.journal.flush(self.turn_id)
         try:
             await self._finish_with_retries(status, outcome, [*unwritten, terminal], changes)
         except Conflict as exc:

@@ -32,6 +32,7 @@ from fleet_rlm.workspace.layout import Workspace
 
 log = logging.getLogger(__name__)
 LABEL_FILE = "label.json"
+REFILL_DELAY_SECONDS = 0.3
 
 
 class SwitchableObserver:
@@ -200,7 +201,9 @@ class SandboxPool:
         _write_label(directory, {**labels, "sandbox": sandbox_id})
         if warm is not None:
             warm.labels.update(labels)
-        self._refill()
+        # Starting a sandbox forks this (large) process; done at once it would slow the turn that
+        # just took one, so the pool refills a moment later.
+        asyncio.get_running_loop().call_later(REFILL_DELAY_SECONDS, self._refill)
         backend = LeasedBackend(self.backend, warm, labels)
         return Lease(
             sandbox_id=sandbox_id,

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import dspy
+
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.events import Event
 from fleet_rlm.engine.turn import default_backend
@@ -27,6 +29,7 @@ from fleet_rlm.service.files import SessionFiles, clean_path, stored_path
 from fleet_rlm.service.overrides import check_session_settings, effective_settings
 from fleet_rlm.service.pool import SandboxPool
 from fleet_rlm.service.runners import is_dead, new_runner_id
+from fleet_rlm.service.writer import EventJournal
 from fleet_rlm.store import (
     BlobStore,
     Conflict,
@@ -45,6 +48,7 @@ INTERRUPTED_REASON = "the server process running the turn stopped before the tur
 STORED_POLL_SECONDS = 0.5
 SHUTDOWN_GRACE_SECONDS = 10.0
 SANDBOX_CHECK_TTL_SECONDS = 60.0
+MAX_CONCURRENT_STREAMS = 100_000
 
 
 @dataclass
@@ -76,6 +80,23 @@ class Readiness:
         return self.database.ok and self.sandbox.ok
 
 
+def allow_concurrent_streaming_turns() -> None:
+    """Work around a hang with many concurrent turns in one process.
+
+    DSPy runs a streamed program through one process-wide anyio ``CapacityLimiter`` (sized by
+    ``async_max_workers``, 8 by default), while each turn streams on its own event loop: a ninth
+    concurrent turn waits for a token on a future of another loop and never wakes. With more
+    tokens than turns nobody waits. (The engine could instead share one loop between turns.)
+    """
+    try:
+        if dspy.settings.async_max_workers < MAX_CONCURRENT_STREAMS:
+            dspy.configure(async_max_workers=MAX_CONCURRENT_STREAMS)
+    except RuntimeError:  # configured by another thread already; it cannot be changed from here
+        log.warning(
+            "could not raise dspy async_max_workers (settings owned by another thread): over 8 concurrent streaming turns may hang"
+        )
+
+
 class FleetService:
     def __init__(
         self, settings: Settings, *, database: Database | None = None, backend: SandboxBackend | None = None
@@ -89,6 +110,7 @@ class FleetService:
         self._backend = backend
         self._pool: SandboxPool | None = None
         self.channels = ChannelRegistry()
+        self.journal = EventJournal(self.store)
         self.executions: dict[str, TurnExecution] = {}
         self.interrupted_at_start: list[TurnRecord] = []
         self.reaped_at_start: list[dict[str, Any]] = []
@@ -117,6 +139,8 @@ class FleetService:
     async def start(self, *, run_turns: bool = True) -> None:
         """Migrate and reconcile; with ``run_turns`` also warm the sandbox pool (a server does;
         ``fleet sessions`` does not)."""
+        if run_turns:
+            allow_concurrent_streaming_turns()
         await self.database.migrate()
         self.interrupted_at_start = await self.store.interrupt_turns(
             lambda turn: is_dead(turn.runner, self.runner), INTERRUPTED_REASON
@@ -145,6 +169,7 @@ class FleetService:
         tasks = [e.task for e in executions if e.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_SECONDS)
+        await self.journal.close()
         if self._pool is not None:
             await self._pool.close()
         await self.database.dispose()
@@ -260,7 +285,8 @@ class FleetService:
         if created:
             settings = effective_settings(self.settings, {"mode": session.mode}, session.settings, options)
             plan = TurnPlan(turn=turn, session=session, settings=settings)
-            execution = TurnExecution(plan, self.store, self.files, self.pool, self.channels.open(turn.id))
+            channel = self.channels.open(turn.id)
+            execution = TurnExecution(plan, self.store, self.files, self.pool, channel, self.journal)
             self.executions[turn.id] = execution
             execution.start().add_done_callback(lambda _task: self._forget(turn.id))
         return turn, created

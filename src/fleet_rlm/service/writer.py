@@ -1,10 +1,12 @@
-"""Storing a turn's events as they come, and only then handing them to live followers.
+"""Storing events as they come, and only then handing them to live followers.
 
 Persist-then-publish: an event a client has seen is already in the database, so after a crash the
 stored stream (closed by ``turn.interrupted`` with the next ``seq``) extends exactly what every
-client saw, and reconnecting with ``Last-Event-ID`` never skips or repeats anything. One writer
-task per turn inserts whatever accumulated during its previous insert, so a chatty turn costs few
-transactions and events keep their ``seq`` order.
+client saw, and reconnecting with ``Last-Event-ID`` never skips or repeats anything.
+
+One journal serves every turn of the process (group commit): each insert takes whatever all turns
+emitted while the previous insert ran, so under load the number of transactions stays flat while
+the number of turns grows, and each turn's events keep their ``seq`` order.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import defaultdict
 from collections.abc import Callable
 
 from fleet_rlm.engine.events import Event
@@ -19,30 +22,35 @@ from fleet_rlm.store import Store
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 500
+MAX_BATCH = 2000
 RETRY_DELAYS = (0.05, 0.2, 1.0, 3.0)
+Publish = Callable[[Event], None]
 
 
-class EventWriter:
-    def __init__(self, store: Store, turn_id: str, on_stored: Callable[[Event], None]) -> None:
+class EventJournal:
+    def __init__(self, store: Store) -> None:
         self.store = store
-        self.turn_id = turn_id
-        self.on_stored = on_stored
-        self._queue: asyncio.Queue[Event] = asyncio.Queue()
-        self._task = asyncio.create_task(self._run(), name=f"events-{turn_id}")
-        self.failed: list[Event] = []
+        self._queue: asyncio.Queue[tuple[Event, Publish]] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._failed: dict[str, list[Event]] = defaultdict(list)
 
-    def put(self, event: Event) -> None:
-        self._queue.put_nowait(event)
+    def put(self, event: Event, publish: Publish) -> None:
+        """Store ``event`` soon, then call ``publish(event)``."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="event-journal")
+        self._queue.put_nowait((event, publish))
 
     async def _run(self) -> None:
         while True:
             batch = [await self._queue.get()]
             while len(batch) < MAX_BATCH and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            await self._write(batch)
-            for event in batch:
-                self.on_stored(event)
+            await self._write([event for event, _ in batch])
+            for event, publish in batch:
+                try:
+                    publish(event)
+                except Exception:
+                    log.exception("turn %s: publishing event %d failed", event.turn_id, event.seq)
                 self._queue.task_done()
 
     async def _write(self, batch: list[Event]) -> None:
@@ -52,19 +60,21 @@ class EventWriter:
                 return
             except Exception as exc:
                 if delay is None:
-                    # Followers still get them live; the final commit retries storing them.
-                    log.error("turn %s: could not store %d events: %s", self.turn_id, len(batch), exc)
-                    self.failed.extend(batch)
+                    # Followers still get them live; each turn's final commit retries its own.
+                    log.error("could not store %d events: %s", len(batch), exc)
+                    for event in batch:
+                        self._failed[event.turn_id].append(event)
                     return
                 await asyncio.sleep(delay)
 
-    async def drain(self) -> list[Event]:
-        """Wait until everything put so far is handled; returns events that could not be stored."""
+    async def flush(self, turn_id: str) -> list[Event]:
+        """Wait until everything put so far is stored and published; returns ``turn_id``'s events
+        that could not be stored."""
         await self._queue.join()
-        failed, self.failed = self.failed, []
-        return failed
+        return self._failed.pop(turn_id, [])
 
     async def close(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

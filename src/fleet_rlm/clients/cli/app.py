@@ -12,6 +12,7 @@ from rich.console import Console
 from fleet_rlm.clients.cli import doctor as doctor_checks
 from fleet_rlm.clients.cli import serve as serve_cli
 from fleet_rlm.clients.cli import sessions as sessions_cli
+from fleet_rlm.clients.cli.remote_run import run_remote
 from fleet_rlm.clients.cli.run import run_local
 from fleet_rlm.clients.terminal.command import chat_command
 from fleet_rlm.config import ConfigError, load_settings, require_model
@@ -44,8 +45,32 @@ def run(
     max_iterations: Annotated[int | None, typer.Option(help="Iteration budget.")] = None,
     max_model_calls: Annotated[int | None, typer.Option(help="Model-call budget (root + sub).")] = None,
     timeout: Annotated[float | None, typer.Option(help="Turn deadline in seconds.")] = None,
+    url: Annotated[
+        str | None, typer.Option(envvar="FLEET_URL", help="Run through the Fleet server at this URL.")
+    ] = None,
+    session: Annotated[str | None, typer.Option(help="With --url: the session (id or name) to run in.")] = None,
+    token: Annotated[str | None, typer.Option(envvar="FLEET_API_TOKEN", help="With --url: bearer token.")] = None,
 ) -> None:
     """Run one task over some files and print the answer and the artifacts written."""
+    if url:
+        for path in file or []:
+            if not path.is_file():
+                raise fail(f"--file {path}: no such file")
+        raise typer.Exit(
+            run_remote(
+                url,
+                task,
+                files=list(file or []),
+                as_json=as_json,
+                context_paths=list(context or []),
+                token=token,
+                session=session,
+                mode=mode,
+                max_iterations=max_iterations,
+                max_model_calls=max_model_calls,
+                turn_timeout=timeout,
+            )
+        )
     try:
         settings = load_settings(
             lm_model=model,

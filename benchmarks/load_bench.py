@@ -1,0 +1,322 @@
+"""Load on the durable service: many concurrent sessions, each running one multi-iteration turn.
+
+Run: ``uv run python benchmarks/load_bench.py [--sessions 50] [--iterations 3] [--delay 0.05]
+[--pool 2] [--database-url URL]``.
+
+A real ``fleet serve`` process (SQLite under a temporary FLEET_HOME unless ``--database-url``)
+serves a scripted model that answers every call after ``--delay`` seconds; each session's turn
+prints on ``iterations - 1`` iterations and submits on the last. All turns are submitted at once
+and streamed over SSE. Reported:
+
+- turns per second: sessions / (first submission to last terminal event), after one unmeasured
+  warm-up turn (a process's first model call pays one-off imports);
+- time to first event (POST sent to the first SSE event received), p50 and p99;
+- event delivery lag (SSE receipt time minus the event's ``ts``), p50 and p99 over all events;
+- peak memory: the server process's peak RSS, and the peak summed RSS of the server and all its
+  sandboxes, sampled every 50 ms;
+- sandbox pool: acquire latency of a pre-started sandbox against a cold start (each to the first
+  execution's result), medians over ``--pool-repeats``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from fleet_rlm.api.client import parse_sse
+from fleet_rlm.sandbox.base import SandboxLimits
+from fleet_rlm.sandbox.local import LocalSandboxBackend
+from fleet_rlm.service.pool import SandboxPool
+from fleet_rlm.testing.scripted_model import ScriptedModel, ScriptedModelServer, rlm_step
+
+STEP_MARK = "load-bench-step"
+
+
+def responder(iterations: int, delay: float) -> Any:
+    def answer(request: dict[str, Any]) -> str:
+        time.sleep(delay)
+        if request.get("model") != "root":
+            return "sub answer"
+        prompt = json.dumps(request.get("messages", []))
+        done = len(re.findall(rf"print\(\\*'{STEP_MARK} (\d+)", prompt))
+        if done + 1 >= iterations:
+            return rlm_step("Done.", "SUBMIT(answer='ok')")
+        return rlm_step(f"Step {done + 1}.", f"print('{STEP_MARK} {done + 1}')")
+
+    return answer
+
+
+@dataclass
+class TurnTiming:
+    submitted: float = 0.0
+    first_event: float = 0.0
+    first_emitted: float = 0.0
+    finished: float = 0.0
+    lags: list[float] = field(default_factory=list)
+    events: int = 0
+    iterations: int = 0
+    terminal: str = ""
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))
+    return ordered[index]
+
+
+class MemorySampler:
+    """Peak RSS of a process and of its whole process tree, sampled from /proc."""
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.peak_tree_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _tree_rss_kb(self) -> int:
+        children: dict[int, list[int]] = {}
+        rss: dict[int, int] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_text()
+                status = Path(entry.path, "status").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+            match = re.search(r"VmRSS:\s+(\d+)", status)
+            rss[int(entry.name)] = int(match[1]) if match else 0
+        total, stack = 0, [self.pid]
+        while stack:
+            pid = stack.pop()
+            total += rss.get(pid, 0)
+            stack.extend(children.get(pid, []))
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_tree_kb = max(self.peak_tree_kb, self._tree_rss_kb())
+            self._stop.wait(self.interval)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server process itself (its sandboxes not included)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def process_peak_kb(self) -> int:
+        match = re.search(r"VmHWM:\s+(\d+)", Path(f"/proc/{self.pid}/status").read_text())
+        return int(match[1]) if match else 0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def run_turn(client: httpx.AsyncClient, session_id: str, timing: TurnTiming) -> None:
+    timing.submitted = time.time()
+    accepted = await client.post(f"/sessions/{session_id}/turns", json={"message": "count to three"})
+    accepted.raise_for_status()
+    turn_id = accepted.json()["id"]
+    async with client.stream("GET", f"/turns/{turn_id}/events", timeout=httpx.Timeout(30, read=600)) as stream:
+        buffer: list[str] = []
+        async for line in stream.aiter_lines():
+            buffer.append(line)
+            if line:
+                continue
+            for frame in parse_sse(iter(buffer)):
+                if "id" not in frame:
+                    continue
+                now = time.time()
+                event = json.loads(frame["data"])
+                if not timing.events:
+                    timing.first_event = now
+                    timing.first_emitted = float(event["ts"])
+                timing.events += 1
+                timing.lags.append(now - float(event["ts"]))
+                if event["type"] == "iteration.started":
+                    timing.iterations += 1
+                if event["type"] in ("turn.completed", "turn.failed", "turn.cancelled", "turn.interrupted"):
+                    timing.terminal = event["type"]
+                    timing.finished = now
+                    return
+            buffer = []
+
+
+async def load(base_url: str, sessions: int) -> list[TurnTiming]:
+    limits = httpx.Limits(max_connections=sessions * 2 + 10, max_keepalive_connections=sessions * 2)
+    async with httpx.AsyncClient(base_url=base_url + "/api/v1", limits=limits, timeout=60) as client:
+        # One turn first, unmeasured: the first model call in a process pays one-off imports and set-up.
+        warm_up = await client.post("/sessions", json={"name": "warm-up"})
+        await run_turn(client, warm_up.json()["id"], TurnTiming())
+        await asyncio.sleep(1.0)  # the pool refills
+        ids = []
+        for index in range(sessions):
+            created = await client.post("/sessions", json={"name": f"load-{index}"})
+            created.raise_for_status()
+            ids.append(created.json()["id"])
+        timings = [TurnTiming() for _ in ids]
+        await asyncio.gather(*(run_turn(client, sid, t) for sid, t in zip(ids, timings, strict=True)))
+    return timings
+
+
+def pool_latency(repeats: int) -> tuple[float, float]:
+    """Median seconds from asking for a sandbox to its first execution's result: warm pool vs cold."""
+    backend = LocalSandboxBackend()
+    limits = SandboxLimits()
+
+    async def measure(pool_size: int) -> list[float]:
+        with tempfile.TemporaryDirectory(prefix="fleet-pool-bench-") as root:
+            pool = SandboxPool(backend, Path(root), pool_size, limits, f"bench:{os.getpid()}:x")
+            pool.start()
+            laps: list[float] = []
+            for index in range(repeats):
+                while pool_size and pool.idle_count < pool_size:
+                    await asyncio.sleep(0.01)
+                started = time.perf_counter()
+                lease = await pool.acquire("ses_bench", f"turn_{index}")
+                spec_sandbox = await asyncio.to_thread(_first_execution, lease)
+                laps.append(time.perf_counter() - started)
+                del spec_sandbox
+                await pool.release(lease)
+            await pool.close()
+            return laps
+
+    def _first_execution(lease: Any) -> None:
+        from fleet_rlm.sandbox.base import SandboxSpec
+
+        sandbox = lease.backend.create(SandboxSpec(lease.workspace.root, limits))
+        sandbox.start()
+        sandbox.execute("1 + 1")
+
+    warm = asyncio.run(measure(1))
+    cold = asyncio.run(measure(0))
+    return statistics.median(warm), statistics.median(cold)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--delay", type=float, default=0.05, help="seconds the scripted model takes per answer")
+    parser.add_argument("--pool", type=int, default=2, help="FLEET_SANDBOX_POOL_SIZE of the server")
+    parser.add_argument("--database-url", help="FLEET_DATABASE_URL (default: SQLite in a temporary FLEET_HOME)")
+    parser.add_argument("--pool-repeats", type=int, default=15)
+    args = parser.parse_args()
+
+    model = ScriptedModel(default=responder(args.iterations, args.delay))
+    with ScriptedModelServer(model) as model_server, tempfile.TemporaryDirectory(prefix="fleet-load-") as home:
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+        env.update(
+            {
+                "FLEET_HOME": home,
+                "FLEET_LM_MODEL": "openai/root",
+                "FLEET_LM_BASE_URL": model_server.base_url,
+                "FLEET_LM_API_KEY": "scripted",
+                "FLEET_SUB_LM_MODEL": "openai/sub",
+                "FLEET_LM_NUM_RETRIES": "0",
+                "FLEET_SANDBOX_POOL_SIZE": str(args.pool),
+                "FLEET_MAX_ITERATIONS": str(args.iterations + 2),
+                "XDG_CONFIG_HOME": str(Path(home) / "config"),
+            }
+        )
+        if args.database_url:
+            env["FLEET_DATABASE_URL"] = args.database_url
+        log = Path(home) / "server.log"
+        with log.open("wb") as out:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "fleet_rlm.api.server", "--port", str(port)],
+                env=env,
+                cwd=home,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        base_url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(base_url + "/api/v1/health", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if server.poll() is not None or time.monotonic() > deadline:
+                    print(log.read_text()[-3000:], file=sys.stderr)
+                    return 1
+                time.sleep(0.1)
+            sampler = MemorySampler(server.pid)
+            cpu_before = sampler.cpu_seconds()
+            sampler.start()
+            timings = asyncio.run(load(base_url, args.sessions))
+            sampler.stop()
+            server_peak_kb = sampler.process_peak_kb()
+            server_cpu = sampler.cpu_seconds() - cpu_before
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+    outcomes = {t.terminal for t in timings}
+    start = min(t.submitted for t in timings)
+    end = max(t.finished for t in timings)
+    first = [t.first_event - t.submitted for t in timings]
+    emitted = [t.first_emitted - t.submitted for t in timings]
+    lags = [lag for t in timings for lag in t.lags]
+    warm, cold = pool_latency(args.pool_repeats)
+    report = {
+        "sessions": args.sessions,
+        "iterations_per_turn": args.iterations,
+        "model_delay_s": args.delay,
+        "server_pool_size": args.pool,
+        "database": args.database_url or "sqlite (embedded)",
+        "outcomes": sorted(outcomes),
+        "events": len(lags),
+        "iterations_per_turn_observed": sorted({t.iterations for t in timings}),
+        "turns_per_second": round(args.sessions / (end - start), 2),
+        "wall_seconds": round(end - start, 2),
+        "time_to_first_event_p50_ms": round(percentile(first, 0.5) * 1000, 1),
+        "time_to_first_event_p99_ms": round(percentile(first, 0.99) * 1000, 1),
+        "first_event_emitted_p50_ms": round(percentile(emitted, 0.5) * 1000, 1),
+        "event_lag_p50_ms": round(percentile(lags, 0.5) * 1000, 1),
+        "event_lag_p99_ms": round(percentile(lags, 0.99) * 1000, 1),
+        "server_cpu_seconds": round(server_cpu, 2),
+        "server_peak_rss_mb": round(server_peak_kb / 1024, 1),
+        "server_and_sandboxes_peak_rss_mb": round(sampler.peak_tree_kb / 1024, 1),
+        "pool_acquire_to_first_execution_warm_ms": round(warm * 1000, 2),
+        "cold_start_to_first_execution_ms": round(cold * 1000, 2),
+        "pool_speedup": round(cold / warm, 1) if warm else None,
+    }
+    print(json.dumps(report, indent=2))
+    return 0 if outcomes == {"turn.completed"} else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
