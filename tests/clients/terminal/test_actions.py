@@ -101,6 +101,14 @@ def test_sessions_new_resume_and_their_hints(chat: Chat, model_server: ScriptedM
     assert any(line.startswith("*") and "work" in line and "a question" in line for line in sessions)
     assert any(line.lstrip().startswith("other") for line in sessions)
     assert chat.run("/trace 7") == ["/trace 7: no such turn; give its number (1..1) or id"]
+    trace = chat.run("/trace 1")
+    assert trace[0] == "turn #1: a question"
+    assert "├── iteration 1/20" in trace
+    assert any("SUBMIT(answer='the **answer**')" in line for line in trace)
+    assert trace[-2:] == [
+        "├── completed",
+        "└── 1 iterations · 1 model calls · 10→5 tokens · 0 code errors · " + trace[-1].split(" · ")[-1],
+    ]
     assert chat.run("/cancel") == ["no turn is running"]
 
 

@@ -94,7 +94,10 @@ def test_attach_task_artifacts_get_cancel_and_exit(
 
     pane.type("/artifacts")
     pane.wait_for(r"^artifacts/revenue_by_region\.csv\s+\d+ B\s+csv", after=len(screen))
-    pane.type("/get artifacts/revenue_by_region.csv out.csv")
+    pane.type("/get art", enter=False)
+    pane.keys("Tab")  # completes the workspace path
+    pane.wait_for(r"^fleet:sales> /get artifacts/revenue_by_region\.csv$")
+    pane.type(" out.csv")
     pane.wait_for(r"saved .*out\.csv \(\d+ B, sha256 verified\)")
     saved = (tmp_path / "work" / "out.csv").read_bytes()
     assert saved == b"region,revenue\neast,5\nnorth,170\nsouth,200\n"
