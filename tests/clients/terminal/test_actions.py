@@ -105,10 +105,8 @@ def test_sessions_new_resume_and_their_hints(chat: Chat, model_server: ScriptedM
     assert trace[0] == "turn #1: a question"
     assert "├── iteration 1/20" in trace
     assert any("SUBMIT(answer='the **answer**')" in line for line in trace)
-    assert trace[-2:] == [
-        "├── completed",
-        "└── 1 iterations · 1 model calls · 10→5 tokens · 0 code errors · " + trace[-1].split(" · ")[-1],
-    ]
+    assert trace[-2] == "├── completed"
+    assert trace[-1].startswith("└── 1 iterations · 1 model calls · 10→5 tokens · 0 code errors · ")
     assert chat.run("/cancel") == ["no turn is running"]
 
 
