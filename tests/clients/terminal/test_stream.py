@@ -16,7 +16,7 @@ from fleet_rlm.clients.terminal.stream import follow_turn, resilient_events
 from fleet_rlm.engine.events import EventType
 from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 from fleet_rlm.testing.settings import scripted_settings
-from tests.api.server import RunningServer, server_in_thread
+from tests.api.server import RunningServer, ServerProcess, server_in_thread
 
 from .proxy import CuttableProxy
 
@@ -74,3 +74,36 @@ def test_follow_turn_renders_a_dropped_stream_once(proxy: CuttableProxy, model_s
     assert lines.count("Two parts.") == 1
     assert lines.count("print('part one', flush=True)") == 1
     assert proxy.connections >= 2
+
+
+def test_a_server_restart_mid_turn_resumes_the_stream_to_the_interrupted_end(
+    model_server: ScriptedModelServer, home: Path, tmp_path: Path
+) -> None:
+    env = {
+        "FLEET_HOME": str(home),
+        "FLEET_LM_MODEL": "openai/root",
+        "FLEET_LM_BASE_URL": model_server.base_url,
+        "FLEET_LM_API_KEY": "x",
+        "FLEET_SUB_LM_MODEL": "openai/sub",
+        "FLEET_MODE": "rlm",
+        "FLEET_SANDBOX_POOL_SIZE": "1",
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
+    server = ServerProcess(env, tmp_path / "server.log").start()
+    slow = "print('slow work started', flush=True)\nimport time\ntime.sleep(60)"
+    model_server.script("root", rlm_step("Slow.", slow))
+    try:
+        with ChatClient(server.base_url) as client:
+            session = client.create_session()
+            turn = client.submit_turn(session["id"], "Slow")
+            status = TurnStatus()
+            seen = []
+            for event in resilient_events(client, turn["id"], status):
+                seen.append(event)
+                if event.type is EventType.OUTPUT and "slow work started" in event.data["text"]:
+                    server.kill()
+                    server.start()
+    finally:
+        server.stop()
+    assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
+    assert seen[-1].type is EventType.TURN_INTERRUPTED
