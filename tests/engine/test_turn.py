@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
+import time
 
 from fleet_rlm.engine.events import TERMINAL_TYPES, EventType
 from fleet_rlm.testing.scripted_model import fields_reply, rlm_step
@@ -116,3 +118,21 @@ def test_dspy_sub_agents_in_sandbox_code_use_the_sub_model_on_the_turn_budget(ha
     assert run.outcome.status == "completed", run.outcome.error
     assert run.outcome.answer == "42"
     assert run.outcome.usage["sub_calls"] == 1
+
+
+def test_more_concurrent_streaming_turns_than_dspy_worker_tokens(harness: Harness) -> None:
+    """DSPy's asyncify shares one 8-token thread limiter between event loops; each turn streams on its
+    own loop, so the engine must not go through it or the ninth concurrent turn never wakes."""
+
+    def slow_answer(request: object) -> str:
+        time.sleep(0.3)  # every turn is mid-stream at the same time
+        return rlm_step("Answer.", "SUBMIT(answer='ok')")
+
+    harness.server.model.default = slow_answer
+    turns = [harness.build(f"turn {i}")[0] for i in range(12)]
+
+    async def run_all() -> list[str]:
+        outcomes = await asyncio.wait_for(asyncio.gather(*(turn.run() for turn in turns)), timeout=60)
+        return [outcome.status for outcome in outcomes]
+
+    assert asyncio.run(run_all()) == ["completed"] * 12

@@ -61,11 +61,16 @@ DELTA_EVENTS = {"reasoning": EventType.REASONING_DELTA, "code": EventType.CODE_D
 async def stream_program(ctx: RouteContext, program: Any, predictor: Any, fields: tuple[str, ...]) -> Any:
     """Run ``program`` with DSPy streaming; pieces of ``fields`` written by ``predictor`` become delta events."""
     listeners = [StreamListener(name, predict=predictor, allow_reuse=True) for name in fields]
+    # The program runs as a coroutine on this turn's own event loop (``acall``), not through
+    # ``asyncify``: asyncify shares one process-wide thread limiter between every loop, and with more
+    # concurrent turns than its tokens a turn waits on another loop's future and never wakes. The
+    # loop is private to the turn, so the program's blocking sandbox calls hold up nothing else.
     streaming = dspy.streamify(
         program,
         status_message_provider=_NoStatusMessages(),
         stream_listeners=listeners,
         include_final_prediction_in_output_stream=True,
+        is_async_program=True,
     )
     prediction = None
     async for chunk in streaming(**ctx.inputs):
