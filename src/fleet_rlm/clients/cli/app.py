@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from fleet_rlm.clients.cli import doctor as doctor_checks
 from fleet_rlm.clients.cli import serve as serve_cli
 from fleet_rlm.clients.cli import sessions as sessions_cli
-from fleet_rlm.clients.cli.remote_run import run_remote
-from fleet_rlm.clients.cli.run import run_local
 from fleet_rlm.clients.terminal.command import chat_command
 from fleet_rlm.config import ConfigError, load_settings, require_model
+
+if TYPE_CHECKING:
+    from fleet_rlm.clients.cli.doctor import Check
+
+# Each command imports what it runs on (DSPy, the engine, the server) only when it runs, so that
+# `fleet --help`, `fleet chat` and `fleet sessions` start fast.
 
 app = typer.Typer(
     name="fleet",
@@ -53,6 +56,8 @@ def run(
 ) -> None:
     """Run one task over some files and print the answer and the artifacts written."""
     if url:
+        from fleet_rlm.clients.cli.remote_run import run_remote
+
         for path in file or []:
             if not path.is_file():
                 raise fail(f"--file {path}: no such file")
@@ -85,6 +90,8 @@ def run(
     for path in file or []:
         if not path.is_file():
             raise fail(f"--file {path}: no such file")
+    from fleet_rlm.clients.cli.run import run_local
+
     code = run_local(
         settings,
         task,
@@ -104,6 +111,8 @@ def doctor(
     ] = False,
 ) -> None:
     """Check that the configuration, the sandbox and the model endpoint work here."""
+    from fleet_rlm.clients.cli import doctor as doctor_checks
+
     console = Console(highlight=False)
     config_check, settings = doctor_checks.check_config()
     checks = [config_check]
@@ -120,7 +129,7 @@ def doctor(
     raise typer.Exit(1 if failed else 0)
 
 
-def _print_check(console: Console, check: doctor_checks.Check) -> None:
+def _print_check(console: Console, check: Check) -> None:
     mark = "[green]pass[/green]" if check.ok else "[red]FAIL[/red]"
     console.print(f"{mark}  {check.name}: {check.detail}")
     if not check.ok and check.fix:

@@ -7,10 +7,7 @@ from typing import Annotated
 
 import typer
 
-from fleet_rlm.api.server import check_bind, serve
 from fleet_rlm.config import ConfigError, load_settings
-from fleet_rlm.store import database_url
-from fleet_rlm.store.database import Database
 
 EXIT_CONFIG = 2
 
@@ -22,6 +19,10 @@ def serve_command(
     port: Annotated[int | None, typer.Option(help="Port to listen on (default 8765).")] = None,
 ) -> None:
     """Run Fleet's HTTP API: durable sessions, turns streamed over SSE."""
+    from fleet_rlm.api.server import check_bind, serve
+    from fleet_rlm.store import database_url
+    from fleet_rlm.store.database import Database
+
     try:
         settings = load_settings(server_host=host, server_port=port)
         check_bind(settings, settings.server_host)

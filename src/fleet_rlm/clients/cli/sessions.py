@@ -12,17 +12,17 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from fleet_rlm.api.client import ApiFailure, FleetClient
-from fleet_rlm.api.schemas import FileOut, SessionOut, TurnOut
 from fleet_rlm.config import ConfigError, load_settings
-from fleet_rlm.service.service import FleetService
-from fleet_rlm.store import StoreError
+
+if TYPE_CHECKING:  # the service and schemas load DSPy and SQLAlchemy: only commands that run pay for them
+    from fleet_rlm.service.service import FleetService
 
 app = typer.Typer(help="List, show, delete, export and import sessions.", no_args_is_help=True)
 T = TypeVar("T")
@@ -41,6 +41,9 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def _local(action: Callable[[FleetService], Awaitable[T]]) -> T:
+    from fleet_rlm.service.service import FleetService
+    from fleet_rlm.store import StoreError
+
     try:
         service = FleetService(load_settings())
     except ConfigError as exc:
@@ -70,6 +73,8 @@ def _remote(url: str, token: str | None, action: Callable[[FleetClient], T]) -> 
 
 
 def _session_json(record: Any) -> dict[str, Any]:
+    from fleet_rlm.api.schemas import SessionOut
+
     return SessionOut.of(record).model_dump(mode="json")
 
 
@@ -100,6 +105,8 @@ def show_session(
     """A session with its turns and files."""
 
     async def local(service: FleetService) -> dict[str, Any]:
+        from fleet_rlm.api.schemas import FileOut, TurnOut
+
         record = await service.store.get_session(session)
         turns = await service.store.list_turns(record.id, limit=1_000_000)
         files = await service.list_files(record.id)
