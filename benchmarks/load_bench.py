@@ -1,7 +1,7 @@
 """Load on the durable service: many concurrent sessions, each running one multi-iteration turn.
 
 Run: ``uv run python benchmarks/load_bench.py [--sessions 50] [--iterations 3] [--delay 0.05]
-[--pool 2] [--database-url URL]``.
+[--pool 2] [--max-running N] [--database-url URL]``.
 
 A real ``fleet serve`` process (SQLite under a temporary FLEET_HOME unless ``--database-url``)
 serves a scripted model that answers every call after ``--delay`` seconds; each session's turn
@@ -228,6 +228,7 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--delay", type=float, default=0.05, help="seconds the scripted model takes per answer")
     parser.add_argument("--pool", type=int, default=2, help="FLEET_SANDBOX_POOL_SIZE of the server")
+    parser.add_argument("--max-running", type=int, help="FLEET_MAX_RUNNING_TURNS of the server (default: its own)")
     parser.add_argument("--database-url", help="FLEET_DATABASE_URL (default: SQLite in a temporary FLEET_HOME)")
     parser.add_argument("--pool-repeats", type=int, default=15)
     args = parser.parse_args()
@@ -251,6 +252,8 @@ def main() -> int:
         )
         if args.database_url:
             env["FLEET_DATABASE_URL"] = args.database_url
+        if args.max_running is not None:
+            env["FLEET_MAX_RUNNING_TURNS"] = str(args.max_running)
         log = Path(home) / "server.log"
         with log.open("wb") as out:
             server = subprocess.Popen(
@@ -296,6 +299,7 @@ def main() -> int:
         "iterations_per_turn": args.iterations,
         "model_delay_s": args.delay,
         "server_pool_size": args.pool,
+        "max_running_turns": args.max_running if args.max_running is not None else "default",
         "database": args.database_url or "sqlite (embedded)",
         "outcomes": sorted(outcomes),
         "events": len(lags),

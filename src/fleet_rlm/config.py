@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = None
     upload_limit_mb: int = Field(100, gt=0)
     sandbox_pool_size: int = Field(2, ge=0)
+    max_running_turns: int = Field(
+        32, ge=0, description="Turns one server runs at once (0: no limit); more wait queued, in order."
+    )
     sse_heartbeat_seconds: float = Field(
         15.0, gt=0, le=15.0, description="Seconds between SSE heartbeats while a turn is quiet (at most 15)."
     )

@@ -149,3 +149,30 @@ async def test_start_up_interrupts_turns_of_dead_processes_and_reaps_their_sandb
         assert replay[-1].type is EventType.TURN_INTERRUPTED
     finally:
         await service.stop()
+
+
+async def test_turns_beyond_the_running_limit_wait_queued_and_can_be_cancelled_there(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    settings = make_settings(max_running_turns=1)
+    service = FleetService(settings, database=Database(str(settings.database_url)))
+    await service.start()
+    try:
+        for name in ("a", "b", "c"):
+            await service.create_session(name=name)
+        model_server.script("root", rlm_step("Slow.", SLOW))
+        running, _ = await service.submit_turn("a", TurnSubmission(message="slow"))
+        await wait_for_output(service, running.id, "started")
+        waiting, _ = await service.submit_turn("b", TurnSubmission(message="waits"))
+        doomed, _ = await service.submit_turn("c", TurnSubmission(message="given up"))
+        assert (await service.store.get_turn(waiting.id)).status == "queued"
+
+        await service.cancel_turn(doomed.id)
+        assert (await service.wait_for_turn(doomed.id)).status == "cancelled"
+        assert (await service.store.get_turn(running.id)).status == "running"
+
+        model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='my turn')"))
+        await service.cancel_turn(running.id)
+        assert (await service.wait_for_turn(waiting.id)).answer == "my turn"
+    finally:
+        await service.stop()

@@ -54,6 +54,7 @@ class TurnExecution:
         pool: SandboxPool,
         channel: TurnChannel,
         journal: EventJournal,
+        slots: asyncio.Semaphore | None = None,
     ) -> None:
         self.plan = plan
         self.turn_id = plan.turn.id
@@ -62,6 +63,8 @@ class TurnExecution:
         self.pool = pool
         self.channel = channel
         self.journal = journal
+        self.slots = slots
+        self._cancelled = asyncio.Event()
         self.loop = asyncio.get_running_loop()
         self.engine_turn: Turn | None = None
         self.cancel_requested = False
@@ -82,6 +85,7 @@ class TurnExecution:
 
     def cancel(self, *, shutdown: bool = False) -> None:
         self.cancel_requested = True
+        self._cancelled.set()
         self.shutting_down = self.shutting_down or shutdown
         if self.engine_turn is not None:
             self.engine_turn.cancel()
@@ -105,6 +109,7 @@ class TurnExecution:
     # The run ----------------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        holds_slot = await self._wait_for_slot()
         try:
             outcome, changes = await self._execute()
             await self._commit(outcome, changes)
@@ -112,8 +117,23 @@ class TurnExecution:
             log.exception("turn %s: server error", self.turn_id)
             await self._commit(TurnOutcome(status="failed", error=f"server error: {type(exc).__name__}: {exc}"), None)
         finally:
+            if holds_slot and self.slots is not None:
+                self.slots.release()
             if self.lease is not None:
                 await self.pool.release(self.lease)
+
+    async def _wait_for_slot(self) -> bool:
+        """Wait (queued) for one of the server's running-turn slots, or for a cancel."""
+        if self.slots is None:
+            return False
+        acquiring = asyncio.ensure_future(self.slots.acquire())
+        cancelled = asyncio.ensure_future(self._cancelled.wait())
+        await asyncio.wait({acquiring, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        cancelled.cancel()
+        if acquiring.done() and not acquiring.cancelled():
+            return True
+        acquiring.cancel()
+        return False
 
     async def _execute(self) -> tuple[TurnOutcome, FileChanges | None]:
         plan = self.plan

@@ -115,6 +115,7 @@ class FleetService:
         self.interrupted_at_start: list[TurnRecord] = []
         self.reaped_at_start: list[dict[str, Any]] = []
         self._sandbox_ok_until = 0.0
+        self._slots: asyncio.Semaphore | None = None
 
     @property
     def backend(self) -> SandboxBackend:
@@ -286,10 +287,20 @@ class FleetService:
             settings = effective_settings(self.settings, {"mode": session.mode}, session.settings, options)
             plan = TurnPlan(turn=turn, session=session, settings=settings)
             channel = self.channels.open(turn.id)
-            execution = TurnExecution(plan, self.store, self.files, self.pool, channel, self.journal)
+            execution = TurnExecution(
+                plan, self.store, self.files, self.pool, channel, self.journal, self._running_slots()
+            )
             self.executions[turn.id] = execution
             execution.start().add_done_callback(lambda _task: self._forget(turn.id))
         return turn, created
+
+    def _running_slots(self) -> asyncio.Semaphore | None:
+        """How many turns may run at once in this process; the rest wait ``queued``, in order."""
+        if self.settings.max_running_turns == 0:
+            return None
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.settings.max_running_turns)
+        return self._slots
 
     def _forget(self, turn_id: str) -> None:
         self.executions.pop(turn_id, None)
