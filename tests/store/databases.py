@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,19 @@ async def _admin(*statements: str) -> None:
         await connection.close()
 
 
+async def _drop_leftovers() -> None:
+    """Drop databases left by test runs that were killed (their pid is gone)."""
+    connection = await asyncpg.connect(POSTGRES_ADMIN_DSN, timeout=5)
+    try:
+        names = [r["datname"] for r in await connection.fetch("SELECT datname FROM pg_database")]
+        for name in names:
+            match = re.fullmatch(r"fleet_test_(\d+)_[0-9a-f]{6}_\w+", name)
+            if match and not Path(f"/proc/{match[1]}").exists():
+                await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await connection.close()
+
+
 class PostgresDatabases:
     def __init__(self) -> None:
         self.prefix = f"fleet_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
@@ -40,6 +54,7 @@ class PostgresDatabases:
 
     def _prepare_template(self) -> None:
         try:
+            asyncio.run(_drop_leftovers())
             asyncio.run(_admin(f'CREATE DATABASE "{self.template}"'))
         except (OSError, asyncpg.PostgresError) as exc:
             pytest.fail(
