@@ -12,20 +12,20 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet_rlm.engine.events import Event, EventType, new_id
-from fleet_rlm.store.database import Database
+from fleet_rlm.store.base import event_row
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound
+from fleet_rlm.store.events import EventQueries
+from fleet_rlm.store.files import FileQueries
 from fleet_rlm.store.records import FileChanges, FileRecord, SessionRecord, TurnRecord
 from fleet_rlm.store.tables import (
     ACTIVE_TURN_STATUSES,
-    FILE_ORIGINS,
     FINAL_TURN_STATUSES,
     EventRow,
-    FileRow,
     SessionRow,
     TurnRow,
     utcnow,
@@ -46,33 +46,8 @@ def check_session_name(name: str) -> str:
     return name
 
 
-def _event_row(event: Event) -> dict[str, Any]:
-    return {
-        "turn_id": event.turn_id,
-        "seq": event.seq,
-        "type": event.type.value,
-        "ts": event.ts,
-        "span_id": event.span_id,
-        "parent_span_id": event.parent_span_id,
-        "data": event.data,
-    }
-
-
-def _event_of(row: EventRow) -> Event:
-    return Event(
-        type=EventType(row.type),
-        seq=row.seq,
-        turn_id=row.turn_id,
-        ts=row.ts,
-        span_id=row.span_id,
-        parent_span_id=row.parent_span_id,
-        data=dict(row.data or {}),
-    )
-
-
-class Store:
-    def __init__(self, database: Database) -> None:
-        self.db = database
+class Store(FileQueries, EventQueries):
+    """Sessions and turns here; files and events in their own query groups."""
 
     # Sessions ---------------------------------------------------------------------------------
 
@@ -93,14 +68,6 @@ class Store:
         except IntegrityError as exc:
             raise Conflict(f"a session named {name!r} already exists", code="session_name_taken") from exc
         return SessionRecord.of(row)
-
-    async def _session_row(self, session: AsyncSession, ref: str) -> SessionRow:
-        row = await session.get(SessionRow, ref)
-        if row is None:
-            row = (await session.execute(select(SessionRow).where(SessionRow.name == ref))).scalar_one_or_none()
-        if row is None:
-            raise NotFound("session", ref)
-        return row
 
     async def get_session(self, ref: str) -> SessionRecord:
         """The session whose id or unique name is ``ref``."""
@@ -142,9 +109,6 @@ class Store:
             record = SessionRecord.of(row)
             await session.delete(row)
         return record
-
-    async def _touch_session(self, session: AsyncSession, session_id: str) -> None:
-        await session.execute(update(SessionRow).where(SessionRow.id == session_id).values(updated_at=utcnow()))
 
     async def restore_session(
         self,
@@ -193,7 +157,7 @@ class Store:
                     )
                 await db.flush()
                 if events:
-                    await db.execute(insert(EventRow), [_event_row(e) for e in events])
+                    await db.execute(insert(EventRow), [event_row(e) for e in events])
                 await self._apply_file_changes(db, session.id, FileChanges(upserts=list(files)), None)
         except IntegrityError as exc:
             raise Conflict(f"a session named {session.name!r} already exists", code="session_name_taken") from exc
@@ -329,7 +293,7 @@ class Store:
             row.artifacts = list(artifacts or [])
             row.finished_at = utcnow()
             if events:
-                await session.execute(insert(EventRow), [_event_row(e) for e in events])
+                await session.execute(insert(EventRow), [event_row(e) for e in events])
             if files is not None:
                 await self._apply_file_changes(session, row.session_id, files, turn_id)
             await self._touch_session(session, row.session_id)
@@ -361,7 +325,7 @@ class Store:
                     parent_span_id=None,
                     data={"reason": reason},
                 )
-                await session.execute(insert(EventRow), [_event_row(event)])
+                await session.execute(insert(EventRow), [event_row(event)])
                 row.status = "interrupted"
                 row.error = reason
                 row.finished_at = utcnow()
@@ -377,83 +341,6 @@ class Store:
         async with self.db.read() as session:
             rows = (await session.execute(query.order_by(TurnRow.position))).scalars()
             return [TurnRecord.of(row) for row in rows]
-
-    # Events -----------------------------------------------------------------------------------
-
-    async def append_events(self, events: Sequence[Event]) -> None:
-        if events:
-            async with self.db.write() as session:
-                await session.execute(insert(EventRow), [_event_row(e) for e in events])
-
-    async def events_after(self, turn_id: str, after_seq: int = 0, *, limit: int = 1000) -> list[Event]:
-        query = (
-            select(EventRow)
-            .where(EventRow.turn_id == turn_id, EventRow.seq > after_seq)
-            .order_by(EventRow.seq)
-            .limit(limit)
-        )
-        async with self.db.read() as session:
-            return [_event_of(row) for row in (await session.execute(query)).scalars()]
-
-    # Files ------------------------------------------------------------------------------------
-
-    async def list_files(self, session_id: str) -> list[FileRecord]:
-        query = select(FileRow).where(FileRow.session_id == session_id).order_by(FileRow.path)
-        async with self.db.read() as session:
-            return [FileRecord.of(row) for row in (await session.execute(query)).scalars()]
-
-    async def get_file(self, session_id: str, path: str) -> FileRecord:
-        async with self.db.read() as session:
-            row = await session.get(FileRow, (session_id, path))
-            if row is None:
-                raise NotFound("file", path)
-            return FileRecord.of(row)
-
-    async def put_file(self, session_id: str, record: FileRecord) -> FileRecord:
-        async with self.db.write() as session:
-            await self._session_row(session, session_id)
-            await self._apply_file_changes(session, session_id, FileChanges(upserts=[record]), record.turn_id)
-            await self._touch_session(session, session_id)
-            row = await session.get(FileRow, (session_id, record.path))
-            assert row is not None
-            return FileRecord.of(row)
-
-    async def delete_file(self, session_id: str, path: str) -> FileRecord:
-        async with self.db.write() as session:
-            row = await session.get(FileRow, (session_id, path))
-            if row is None:
-                raise NotFound("file", path)
-            record = FileRecord.of(row)
-            await session.delete(row)
-            await self._touch_session(session, session_id)
-        return record
-
-    async def _apply_file_changes(
-        self, session: AsyncSession, session_id: str, changes: FileChanges, turn_id: str | None
-    ) -> None:
-        now = utcnow()
-        for record in changes.upserts:
-            if record.origin not in FILE_ORIGINS:
-                raise Invalid(f"file origin {record.origin!r} is not one of {FILE_ORIGINS}")
-            row = await session.get(FileRow, (session_id, record.path))
-            if row is None:
-                row = FileRow(session_id=session_id, path=record.path, created_at=now)
-                session.add(row)
-            row.size = record.size
-            row.sha256 = record.sha256
-            row.media_type = record.media_type
-            row.origin = record.origin
-            row.turn_id = record.turn_id or turn_id
-            row.updated_at = now
-        if changes.deletions:
-            await session.execute(
-                delete(FileRow).where(FileRow.session_id == session_id, FileRow.path.in_(changes.deletions))
-            )
-
-    async def referenced_blobs(self, session_id: str) -> set[str]:
-        query = select(FileRow.sha256).where(FileRow.session_id == session_id)
-        async with self.db.read() as session:
-            return set((await session.execute(query)).scalars())
 
     async def session_ids(self) -> set[str]:
         async with self.db.read() as session:
