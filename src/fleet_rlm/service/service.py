@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import dspy
-
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.events import Event
 from fleet_rlm.engine.turn import default_backend
@@ -48,7 +46,6 @@ INTERRUPTED_REASON = "the server process running the turn stopped before the tur
 STORED_POLL_SECONDS = 0.5
 SHUTDOWN_GRACE_SECONDS = 10.0
 SANDBOX_CHECK_TTL_SECONDS = 60.0
-MAX_CONCURRENT_STREAMS = 100_000
 
 
 @dataclass
@@ -78,23 +75,6 @@ class Readiness:
     @property
     def ok(self) -> bool:
         return self.database.ok and self.sandbox.ok
-
-
-def allow_concurrent_streaming_turns() -> None:
-    """Work around a hang with many concurrent turns in one process.
-
-    DSPy runs a streamed program through one process-wide anyio ``CapacityLimiter`` (sized by
-    ``async_max_workers``, 8 by default), while each turn streams on its own event loop: a ninth
-    concurrent turn waits for a token on a future of another loop and never wakes. With more
-    tokens than turns nobody waits. (The engine could instead share one loop between turns.)
-    """
-    try:
-        if dspy.settings.async_max_workers < MAX_CONCURRENT_STREAMS:
-            dspy.configure(async_max_workers=MAX_CONCURRENT_STREAMS)
-    except RuntimeError:  # configured by another thread already; it cannot be changed from here
-        log.warning(
-            "could not raise dspy async_max_workers (settings owned by another thread): over 8 concurrent streaming turns may hang"
-        )
 
 
 class FleetService:
@@ -140,8 +120,6 @@ class FleetService:
     async def start(self, *, run_turns: bool = True) -> None:
         """Migrate and reconcile; with ``run_turns`` also warm the sandbox pool (a server does;
         ``fleet sessions`` does not)."""
-        if run_turns:
-            allow_concurrent_streaming_turns()
         await self.database.migrate()
         self.interrupted_at_start = await self.store.interrupt_turns(
             lambda turn: is_dead(turn.runner, self.runner), INTERRUPTED_REASON
