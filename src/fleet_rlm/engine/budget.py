@@ -99,3 +99,16 @@ def budget_error_in(exc: BaseException) -> BudgetExceeded | TurnCancelled | None
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+REASON_CHARS = 200
+
+
+def one_line(exc: BaseException, *, with_type: bool = True) -> str:
+    """A failure as one short line for a person: ``Type: first line of the message``."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        text = type(exc).__name__
+    else:
+        text = f"{type(exc).__name__}: {lines[0]}" if with_type else lines[0]
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."

@@ -23,7 +23,7 @@ from typing import Any
 import dspy
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in
+from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.events import EventEmitter, EventType, new_id
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM
@@ -295,5 +295,4 @@ def _child_failure(exc: BaseException, budget: TurnBudget) -> dict[str, str]:
         return {"status": "cancelled", "error": "the turn was cancelled"}
     if cause is not None:
         return {"status": "failed", "error": str(cause)}
-    text = str(exc).strip().splitlines()
-    return {"status": "failed", "error": f"{type(exc).__name__}: {text[0] if text else ''}"}
+    return {"status": "failed", "error": one_line(exc)}

@@ -21,7 +21,7 @@ import dspy
 from dspy.primitives.code_interpreter import CodeInterpreterError
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in
+from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.delegation import Delegation
 from fleet_rlm.engine.events import SCHEMA_VERSION, EventEmitter, EventSink, EventType, new_id
 from fleet_rlm.engine.inputs import Text
@@ -275,10 +275,10 @@ class Turn:
         if cause is not None and cause is not exc:
             return self._failure(cause)
         if isinstance(exc, CodeInterpreterError):
-            return TurnOutcome(status="failed", error=f"sandbox failed: {_one_line(exc)}")
+            return TurnOutcome(status="failed", error=f"sandbox failed: {one_line(exc, with_type=False)}")
         if isinstance(exc, dspy.LMError):
-            return TurnOutcome(status="failed", error=f"model endpoint error: {_one_line(exc)}")
-        return TurnOutcome(status="failed", error=f"{type(exc).__name__}: {_one_line(exc)}")
+            return TurnOutcome(status="failed", error=f"model endpoint error: {one_line(exc, with_type=False)}")
+        return TurnOutcome(status="failed", error=one_line(exc))
 
     def _finish(self, outcome: TurnOutcome) -> TurnOutcome:
         self._kill_sandboxes()
@@ -327,11 +327,6 @@ class Turn:
 def _resolve(future: asyncio.Future[TurnOutcome], outcome: TurnOutcome) -> None:
     if not future.done():
         future.set_result(outcome)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def build_turn(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import cast, get_args
 
 from fleet_rlm.config import Mode
-from fleet_rlm.engine.budget import budget_error_in
+from fleet_rlm.engine.budget import budget_error_in, one_line
 from fleet_rlm.engine.events import EventType
 from fleet_rlm.engine.routes.context import RouteContext
 from fleet_rlm.engine.routes.direct import run_direct
@@ -60,7 +60,7 @@ def _triage(ctx: RouteContext) -> RouteChoice:
     except Exception as exc:
         if ctx.budget.cancelled or budget_error_in(exc) is not None:
             raise  # the turn is over, not the triage
-        _warn(ctx, f"triage failed ({_one_line(exc)}); using the {FALLBACK} route")
+        _warn(ctx, f"triage failed ({one_line(exc)}); using the {FALLBACK} route")
         return RouteChoice(FALLBACK, "triage failed, so the turn takes the default route")
     if verdict.route == "direct" and ctx.has_files:
         _warn(ctx, f"triage chose direct, which cannot see the workspace files; using the {FALLBACK} route")
@@ -70,9 +70,3 @@ def _triage(ctx: RouteContext) -> RouteChoice:
 
 def _warn(ctx: RouteContext, message: str) -> None:
     ctx.trace.emitter.emit(EventType.WARNING, {"message": message})
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
