@@ -107,8 +107,7 @@ REASON_CHARS = 200
 def one_line(exc: BaseException, *, with_type: bool = True) -> str:
     """A failure as one short line for a person: ``Type: first line of the message``."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        text = type(exc).__name__
-    else:
-        text = f"{type(exc).__name__}: {lines[0]}" if with_type else lines[0]
+    name = type(exc).__name__
+    first = lines[0] if lines else ""
+    text = (f"{name}: {first}" if with_type else first) if first else name
     return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
