@@ -142,3 +142,24 @@ class Ready(BaseModel):
     ready: bool
     database: Check
     sandbox: Check
+
+
+def multipart_upload(file_field: str, text_field: str, text_description: str) -> dict[str, Any]:
+    """OpenAPI ``openapi_extra`` for a route reading one required file and one optional text field by hand."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": [file_field],
+                        "properties": {
+                            file_field: {"type": "string", "format": "binary"},
+                            text_field: {"type": "string", "description": text_description},
+                        },
+                    }
+                }
+            },
+        }
+    }

@@ -8,7 +8,7 @@ from starlette.datastructures import UploadFile
 
 from fleet_rlm.api.deps import Service
 from fleet_rlm.api.errors import ApiError, ErrorBody, Responses
-from fleet_rlm.api.schemas import FileList, FileOut
+from fleet_rlm.api.schemas import FileList, FileOut, multipart_upload
 
 router = APIRouter(tags=["files"])
 MULTIPART_OVERHEAD = 64 * 1024  # headers and boundaries around the file part
@@ -16,26 +16,7 @@ BAD_PATH: Responses = {
     400: {"model": ErrorBody, "description": "The path is absolute, has '..' or is otherwise refused"}
 }
 NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such session or file"}}
-UPLOAD_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file"],
-                    "properties": {
-                        "file": {"type": "string", "format": "binary"},
-                        "path": {
-                            "type": "string",
-                            "description": "Where to put it, relative to files/ (default: the file's name)",
-                        },
-                    },
-                }
-            }
-        },
-    }
-}
+UPLOAD_BODY = multipart_upload("file", "path", "Where to put it, relative to files/ (default: the file's name)")
 
 
 @router.post(

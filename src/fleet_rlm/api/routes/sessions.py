@@ -11,29 +11,10 @@ from starlette.datastructures import UploadFile
 
 from fleet_rlm.api.deps import Service
 from fleet_rlm.api.errors import ApiError, ErrorBody, Responses
-from fleet_rlm.api.schemas import SessionCreate, SessionOut, SessionPage, SessionPatch
+from fleet_rlm.api.schemas import SessionCreate, SessionOut, SessionPage, SessionPatch, multipart_upload
 
 router = APIRouter(tags=["sessions"])
-IMPORT_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["archive"],
-                    "properties": {
-                        "archive": {"type": "string", "format": "binary"},
-                        "name": {
-                            "type": "string",
-                            "description": "Name for the new session (default: the archived one)",
-                        },
-                    },
-                }
-            }
-        },
-    }
-}
+IMPORT_BODY = multipart_upload("archive", "name", "Name for the new session (default: the archived one)")
 NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such session"}}
 
 
