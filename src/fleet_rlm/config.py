@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     execution_timeout: float = Field(120.0, gt=0, description="Wall-clock seconds one code execution may take.")
     max_output_chars: int = Field(20_000, gt=0, description="Output characters kept per execution.")
     max_tokens_per_turn: int | None = Field(None, gt=0, description="Optional ceiling on model tokens per turn.")
+    loop_guard_warn_after: int = Field(
+        2, ge=1, description="Identical failures of the same code in a row before the model is told to change course."
+    )
+    loop_guard_stop_after: int = Field(
+        4, ge=1, description="Identical failures of the same code in a row that end the turn as incomplete."
+    )
 
     # Child agents (spawn_agent / spawn_agents in sandbox code).
     max_depth: int = Field(2, ge=0, description="How deep child agents may nest; 0 disables delegation.")

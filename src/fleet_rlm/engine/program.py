@@ -7,6 +7,7 @@ from typing import Any
 
 import dspy
 
+from fleet_rlm.engine.honesty import GuardedExtract, LoopGuard
 from fleet_rlm.engine.inputs import Text
 
 
@@ -35,8 +36,12 @@ def build_rlm(
     sub_lm: Any,
     interpreter_factory: Callable[[], Any],
     tools: list[Callable[..., Any]] | None = None,
+    guard: LoopGuard | None = None,
+    on_extract: Callable[[], None] | None = None,
 ) -> dspy.RLM:
-    return dspy.RLM(
+    """Fleet's ``dspy.RLM``. With ``guard``, its extract step refuses to answer when no code ever
+    ran successfully, and calls ``on_extract`` before it answers from the work so far."""
+    rlm = dspy.RLM(
         FleetTask,
         max_iters=max_iterations,
         # Fleet's own budget counts root and sub-model calls on one counter and fires first.
@@ -46,6 +51,9 @@ def build_rlm(
         interpreter_factory=interpreter_factory,
         tools=tools,
     )
+    if guard is not None:
+        rlm.extract = GuardedExtract(rlm.extract.signature, guard, on_extract)
+    return rlm
 
 
 def render_history(entries: list[tuple[str, str | None]], *, max_chars: int = 6000) -> str:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
+import pkgutil
 import random
 import resource
 import subprocess
@@ -39,32 +41,76 @@ PIPE_SIZE = 1 << 20
 
 @dataclass(frozen=True)
 class PythonRuntime:
-    """The interpreter a worker runs on and the directories it needs (its prefixes)."""
+    """The interpreter a worker runs on, the directories it needs (its prefixes) and its import path."""
 
     executable: str
     prefixes: tuple[str, ...]
+    path: tuple[str, ...] = ()
 
     @classmethod
     def current(cls) -> PythonRuntime:
-        return cls.of(sys.executable, (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix))
+        prefixes = (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+        return cls.of(sys.executable, prefixes, tuple(sys.path))
 
     @classmethod
     def probe(cls, executable: str) -> PythonRuntime:
         """Ask another interpreter where it lives (one short subprocess)."""
-        script = "import sys; print(sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, sep='\\n')"
+        script = (
+            "import sys; print(sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, sep='\\n'); "
+            "print('\\0'.join(sys.path))"
+        )
         try:
             found = subprocess.run(
                 [executable, "-I", "-c", script], capture_output=True, text=True, timeout=30, check=True
             )
         except (OSError, subprocess.SubprocessError) as exc:
             raise ValueError(f"python executable {executable!r} cannot be used for sandboxes: {exc}") from exc
-        return cls.of(executable, tuple(found.stdout.split("\n")[:4]))
+        lines = found.stdout.split("\n")
+        return cls.of(executable, tuple(lines[:4]), tuple(lines[4].split("\0")) if len(lines) > 4 else ())
 
     @classmethod
-    def of(cls, executable: str, prefixes: tuple[str, ...]) -> PythonRuntime:
+    def of(cls, executable: str, prefixes: tuple[str, ...], path: tuple[str, ...] = ()) -> PythonRuntime:
         real_bin_dir = os.path.dirname(os.path.realpath(executable))
         dirs = {os.path.abspath(p) for p in (*prefixes, os.path.dirname(real_bin_dir)) if p}
-        return cls(os.path.abspath(executable), tuple(sorted(dirs)))
+        return cls(os.path.abspath(executable), tuple(sorted(dirs)), path)
+
+    def site_directories(self) -> list[str]:
+        """The import path's package directories that the sandbox sees (those inside the prefixes)."""
+        return [
+            entry
+            for entry in self.path
+            if os.path.basename(entry) in ("site-packages", "dist-packages")
+            and any(entry == prefix or entry.startswith(prefix + os.sep) for prefix in self.prefixes)
+        ]
+
+
+MAX_LISTED_PACKAGES = 60
+
+
+@functools.cache
+def importable_packages(runtime: PythonRuntime) -> str:
+    """A sentence for the model: what it can import in the sandbox besides the standard library.
+
+    Read from the runtime's package directories by name only: nothing is imported.
+    """
+    stdlib = set(sys.stdlib_module_names)
+    names = sorted(
+        {
+            module.name
+            for module in pkgutil.iter_modules(runtime.site_directories())
+            if module.name.isidentifier() and not module.name.startswith("_") and "__" not in module.name
+        }
+        - stdlib,
+        key=str.lower,
+    )
+    shown = names[:MAX_LISTED_PACKAGES]
+    more = f" and {len(names) - len(shown)} more" if len(names) > len(shown) else ""
+    listed = ", ".join(shown) if shown else "none"
+    return (
+        "You can import the Python standard library and these installed packages: "
+        f"{listed}{more}. Nothing else can be installed (there is no network); a package missing from this "
+        "list is not available, so use the standard library instead (csv, json, statistics, sqlite3, ...)."
+    )
 
 
 @dataclass

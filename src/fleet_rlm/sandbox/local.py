@@ -14,7 +14,13 @@ from dspy.primitives.code_interpreter import CodeInterpreterError
 
 from fleet_rlm.config import Settings
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxSpec, SandboxUnavailable
-from fleet_rlm.sandbox.isolation import BubblewrapLauncher, Launcher, PythonRuntime, UnisolatedLauncher
+from fleet_rlm.sandbox.isolation import (
+    BubblewrapLauncher,
+    Launcher,
+    PythonRuntime,
+    UnisolatedLauncher,
+    importable_packages,
+)
 from fleet_rlm.sandbox.local_sandbox import DEFAULT_INTERRUPT_GRACE, LocalSandbox
 from fleet_rlm.sandbox.volume import Volume, VolumeError, bounded_volume, plain_volume, quota_support
 
@@ -51,19 +57,21 @@ print(json.dumps(found))
 """
 
 
+EXECUTION_INSTRUCTIONS = (
+    "Code runs as Python in a persistent, isolated sandbox process: there is no network access and the "
+    "environment is empty. The working directory is your workspace (read and write files there); /tmp is "
+    "private scratch space; the rest of the file system is read-only or hidden. Variables, imports and "
+    "functions persist between executions. Host tools and SUBMIT are global functions; their arguments and "
+    "results must be JSON-compatible, and they may be called from several threads at once. The value of a "
+    "trailing expression is printed, as in a Python REPL. Each execution has a time limit (long-running code "
+    "is interrupted) and very long output is cut."
+)
+
+
 class LocalSandboxBackend(SandboxBackend):
     """Makes :class:`LocalSandbox` es. Refuses to run code unisolated unless explicitly allowed."""
 
     name = "local"
-    execution_instructions = (
-        "Code runs as Python in a persistent, isolated sandbox process: there is no network access and the "
-        "environment is empty. The working directory is your workspace (read and write files there); /tmp is "
-        "private scratch space; the rest of the file system is read-only or hidden. Variables, imports and "
-        "functions persist between executions. Host tools and SUBMIT are global functions; their arguments and "
-        "results must be JSON-compatible, and they may be called from several threads at once. The value of a "
-        "trailing expression is printed, as in a Python REPL. Each execution has a time limit (long-running code "
-        "is interrupted) and very long output is cut."
-    )
 
     def __init__(
         self,
@@ -76,6 +84,7 @@ class LocalSandboxBackend(SandboxBackend):
         self.python = python
         self.interrupt_grace = interrupt_grace
         self._runtime: PythonRuntime | None = None
+        self.execution_instructions = f"{EXECUTION_INSTRUCTIONS} {importable_packages(self.runtime())}"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LocalSandboxBackend:

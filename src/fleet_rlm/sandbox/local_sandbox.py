@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError, FinalOutput
+from dspy.primitives.code_interpreter import CodeInterpreterError, FinalOutput
 
-from fleet_rlm.sandbox.base import SandboxSpec, SandboxUnavailable
+from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.isolation import WORKSPACE_MOUNT, LaunchedWorker, Launcher
 from fleet_rlm.sandbox.output import CappedText, GuardedObserver, OutputPump
 from fleet_rlm.sandbox.protocol import decode_message, encode_message, execute_message, write_all
@@ -247,11 +247,21 @@ class LocalSandbox:
         if status == "final":
             return FinalOutput(reply.get("value"))
         if status == "syntax":
-            raise SyntaxError(reply.get("error"))
+            line = reply.get("line")
+            raise CodeSyntaxError(str(reply.get("error")), line if isinstance(line, int) else None)
         if status == "timeout":
-            raise CodeExecutionError(f"{printed}execution exceeded the {timeout:g}s timeout and was interrupted")
+            message = f"execution exceeded the {timeout:g}s timeout and was interrupted"
+            raise CodeFailed(f"{printed}{message}", error_type="TimeoutError", message=message, line=None)
         if status == "error":
-            raise CodeExecutionError(f"{printed}{reply.get('error')}")
+            described = str(reply.get("error"))
+            line = reply.get("line")
+            raise CodeFailed(
+                f"{printed}{described}",
+                error_type=str(reply.get("error_type") or "Exception"),
+                message=str(reply.get("message") or ""),
+                line=line if isinstance(line, int) else None,
+                traceback=described,
+            )
         self._fail(f"the sandbox worker sent an unknown result: {reply!r}")
 
     # -- plumbing ---------------------------------------------------------------------------------

@@ -267,6 +267,8 @@ class Store(FileQueries, EventQueries):
         *,
         status: str,
         answer: str | None = None,
+        answer_source: str | None = None,
+        unverified_reason: str | None = None,
         error: str | None = None,
         usage: dict[str, Any] | None = None,
         artifacts: list[dict[str, Any]] | None = None,
@@ -288,6 +290,8 @@ class Store(FileQueries, EventQueries):
                 raise Conflict(f"turn {turn_id} already ended as {row.status}", code="turn_not_active")
             row.status = status
             row.answer = answer
+            row.answer_source = answer_source
+            row.unverified_reason = unverified_reason
             row.error = error
             row.usage = dict(usage or {})
             row.artifacts = list(artifacts or [])
