@@ -7,6 +7,7 @@ from typing import Any
 
 import dspy
 
+from fleet_rlm.engine.bridge.allowlist import sub_agent_guidance
 from fleet_rlm.engine.inputs import Text
 
 
@@ -27,6 +28,14 @@ class FleetTask(dspy.Signature):  # type: ignore[misc]
     answer: str = dspy.OutputField(desc="The final answer for the person, in Markdown.")
 
 
+class FleetRLM(dspy.RLM):  # type: ignore[misc]
+    """``dspy.RLM`` telling the model about the sub-agents Fleet's bridge builds, not DSPy's full set."""
+
+    def _setup_facade(self, repl: Any, budget: Any, interpreter_factory: Callable[[], Any]) -> str:
+        rules = super()._setup_facade(repl, budget, interpreter_factory)
+        return sub_agent_guidance(delegation="spawn_agent" in self.tools) if rules else ""
+
+
 def build_rlm(
     *,
     max_iterations: int,
@@ -35,8 +44,8 @@ def build_rlm(
     sub_lm: Any,
     interpreter_factory: Callable[[], Any],
     tools: list[Callable[..., Any]] | None = None,
-) -> dspy.RLM:
-    return dspy.RLM(
+) -> FleetRLM:
+    return FleetRLM(
         FleetTask,
         max_iters=max_iterations,
         # Fleet's own budget counts root and sub-model calls on one counter and fires first.
