@@ -22,6 +22,7 @@ from typing import Any
 import dspy
 
 from fleet_rlm.config import Settings
+from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.events import EventEmitter, EventType, new_id
 from fleet_rlm.engine.honesty import LoopGuard, could_not_compute, incomplete_in
@@ -255,7 +256,7 @@ class ChildRun:
             sandbox = self.d.backend.create(spec)
             self.sandboxes.append(sandbox)
             self.d.register_sandbox(sandbox)
-            return ObservedSandbox(sandbox, self.trace, lambda: None)
+            return ObservedSandbox(sandbox, self.trace, lambda: None, BridgeGuard.for_settings(self.d.settings))
 
         factory.execution_instructions = self.d.backend.execution_instructions  # type: ignore[attr-defined]
         rlm = build_rlm(

@@ -15,6 +15,7 @@ from dspy.predict.rlm import _strip_code_fences
 from dspy.primitives.code_interpreter import CodeExecutionError
 from dspy.utils.callback import BaseCallback
 
+from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.events import EventEmitter, EventType, new_id
 from fleet_rlm.engine.honesty import LoopGuard
 from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, Sandbox
@@ -160,16 +161,18 @@ class TurnObserver:
 
 
 class ObservedSandbox:
-    """A sandbox as the turn uses it; DSPy sees the same ``CodeInterpreter`` surface."""
+    """A sandbox as the turn uses it; DSPy sees the same ``CodeInterpreter`` surface.
 
-    def __init__(self, inner: Sandbox, trace: TurnTrace, after_execute: Callable[[], None]) -> None:
+    ``tools`` is what DSPy and Fleet register; the sandbox itself only ever gets the checked
+    tools ``guard`` makes of them, at each execution.
+    """
+
+    def __init__(self, inner: Sandbox, trace: TurnTrace, after_execute: Callable[[], None], guard: BridgeGuard) -> None:
         self._inner = inner
         self._trace = trace
         self._after_execute = after_execute
-
-    @property
-    def tools(self) -> dict[str, Callable[..., Any]]:
-        return self._inner.tools
+        self._guard = guard
+        self.tools: dict[str, Callable[..., Any]] = {}
 
     @property
     def output_fields(self) -> list[dict[str, Any]] | None:
@@ -187,6 +190,7 @@ class ObservedSandbox:
         self._inner.start()
 
     def execute(self, code: str, variables: dict[str, Any] | None = None) -> Any:
+        self._inner.tools = self._guard.bridge(self.tools)
         trace = self._trace
         own_code = trace.iteration > 0  # DSPy's setup executions come before the first iteration
         try:

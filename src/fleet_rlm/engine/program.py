@@ -7,6 +7,7 @@ from typing import Any
 
 import dspy
 
+from fleet_rlm.engine.bridge.allowlist import sub_agent_guidance
 from fleet_rlm.engine.honesty import GuardedExtract, LoopGuard
 from fleet_rlm.engine.inputs import Text
 
@@ -28,6 +29,14 @@ class FleetTask(dspy.Signature):  # type: ignore[misc]
     answer: str = dspy.OutputField(desc="The final answer for the person, in Markdown.")
 
 
+class FleetRLM(dspy.RLM):  # type: ignore[misc]
+    """``dspy.RLM`` telling the model about the sub-agents Fleet's bridge builds, not DSPy's full set."""
+
+    def _setup_facade(self, repl: Any, budget: Any, interpreter_factory: Callable[[], Any]) -> str:
+        rules = super()._setup_facade(repl, budget, interpreter_factory)
+        return sub_agent_guidance(delegation="spawn_agent" in self.tools) if rules else ""
+
+
 def build_rlm(
     *,
     max_iterations: int,
@@ -38,10 +47,10 @@ def build_rlm(
     tools: list[Callable[..., Any]] | None = None,
     guard: LoopGuard | None = None,
     on_extract: Callable[[], None] | None = None,
-) -> dspy.RLM:
+) -> FleetRLM:
     """Fleet's ``dspy.RLM``. With ``guard``, its extract step refuses to answer when no code ever
     ran successfully, and calls ``on_extract`` before it answers from the work so far."""
-    rlm = dspy.RLM(
+    rlm = FleetRLM(
         FleetTask,
         max_iters=max_iterations,
         # Fleet's own budget counts root and sub-model calls on one counter and fires first.

@@ -20,6 +20,7 @@ import dspy
 from dspy.primitives.code_interpreter import CodeInterpreterError
 
 from fleet_rlm.config import Settings
+from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.delegation import Delegation
 from fleet_rlm.engine.events import SCHEMA_VERSION, EventEmitter, EventSink, EventType, new_id
@@ -262,7 +263,9 @@ class Turn:
             self.budget.check_alive()
             sandbox = self.backend.create(spec)
             self._register_sandbox(sandbox)
-            return ObservedSandbox(sandbox, self.trace, self._announce_artifacts)
+            return ObservedSandbox(
+                sandbox, self.trace, self._announce_artifacts, BridgeGuard.for_settings(self.settings)
+            )
 
         factory.execution_instructions = self.backend.execution_instructions  # type: ignore[attr-defined]
         return factory
