@@ -124,7 +124,7 @@ def test_run_through_a_server_then_manage_its_sessions(
     local = json.loads(runner.invoke(app, ["sessions", "ls", "--json"]).output)
     assert sorted(s["name"] or "" for s in local) == ["", "", "copy"]
     copy = json.loads(runner.invoke(app, ["sessions", "show", "copy", "--json"]).output)
-    assert [t["status"] for t in copy["turns"]] == ["completed", "failed"]
+    assert [t["status"] for t in copy["turns"]] == ["completed", "incomplete"]
     assert runner.invoke(app, ["sessions", "rm", "copy"]).exit_code == 0
     missing = runner.invoke(app, ["sessions", "show", "copy"])
     assert missing.exit_code == 1 and "no session 'copy'" in missing.output
