@@ -10,7 +10,9 @@ from pathlib import Path
 from fleet_rlm.api.client import parse_sse
 from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
-from .conftest import TOKEN, StartServer, http
+from .api_server import TOKEN, StartServer, fleet_serve, http, serve_env
+
+__all__ = ["fleet_serve", "serve_env"]
 
 
 def test_an_empty_token_is_no_token_so_an_open_bind_is_refused(

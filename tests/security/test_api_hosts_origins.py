@@ -7,7 +7,9 @@ import time
 
 from fleet_rlm.testing.scripted_model import Reply, ScriptedModelServer, rlm_step
 
-from .conftest import StartServer, http
+from .api_server import StartServer, fleet_serve, http, serve_env
+
+__all__ = ["fleet_serve", "serve_env"]
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 

@@ -15,7 +15,9 @@ from fleet_rlm.testing.processes import peak_rss_bytes
 from tests.api.server import ServerProcess
 
 from . import bombs
-from .conftest import StartServer, http
+from .api_server import StartServer, fleet_serve, http, serve_env
+
+__all__ = ["fleet_serve", "serve_env"]
 
 MIB = 1024 * 1024
 RSS_ALLOWANCE = 96 * MIB

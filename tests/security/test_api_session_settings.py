@@ -11,7 +11,9 @@ import httpx
 from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 from . import bombs
-from .conftest import StartServer, http
+from .api_server import StartServer, fleet_serve, http, serve_env
+
+__all__ = ["fleet_serve", "serve_env"]
 
 
 def _refusal(response: httpx.Response) -> str:

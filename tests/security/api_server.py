@@ -1,4 +1,6 @@
-"""A real ``fleet serve`` (the CLI in a child process, its output in a log) against the scripted model."""
+"""The API security tests' server: a real ``fleet serve`` (the CLI in a child process, its output in a log)
+against the scripted model. Test modules import its fixtures (kept out of conftest.py, which other
+security tests share)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,6 @@ import pytest
 
 from fleet_rlm.testing.scripted_model import ScriptedModelServer
 from tests.api.server import ServerProcess
-from tests.store.databases import database_url, postgres_databases
-
-__all__ = ["database_url", "postgres_databases"]
 
 TOKEN = "s3cret-token-value"
 StartServer = Callable[..., ServerProcess]
