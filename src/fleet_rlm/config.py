@@ -108,6 +108,10 @@ class Settings(BaseSettings):
     sandbox_max_processes: int = Field(64, gt=0)
     sandbox_max_file_size_mb: int = Field(1024, gt=0)
     sandbox_cpu_seconds: int = Field(1800, gt=0)
+    sandbox_disk_mb: int = Field(
+        10_240, gt=0, description="MiB a sandbox's workspace volume holds, inputs included (a sparse image)."
+    )
+    sandbox_max_files: int = Field(100_000, ge=1000, description="Files and directories a workspace volume holds.")
 
     # Routing.
     mode: Mode = Field("hybrid", description="Route choice: hybrid (triage per turn), rlm, flex or direct.")
@@ -202,6 +206,11 @@ class Settings(BaseSettings):
     @property
     def workspaces_dir(self) -> Path:
         return self.data_dir / "workspaces"
+
+    @property
+    def runs_dir(self) -> Path:
+        """Where ``fleet run`` keeps the volume its sandboxes work on while a turn runs."""
+        return self.data_dir / "runs"
 
     @property
     def logs_dir(self) -> Path:

@@ -5,32 +5,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from fleet_rlm.config import load_settings
+from fleet_rlm.testing.cli import run_fleet, scripted_env
 from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
-
-FLEET = [sys.executable, "-m", "fleet_rlm"]
 
 
 def fleet(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
-    clean.update({"XDG_CONFIG_HOME": str(cwd / "config"), "FLEET_HOME": str(cwd / "home"), "COLUMNS": "120"})
-    clean.update(env)
-    return subprocess.run([*FLEET, *args], cwd=cwd, env=clean, capture_output=True, text=True, timeout=90)
+    return run_fleet(args, cwd, env)
 
 
 def model_env(server: ScriptedModelServer) -> dict[str, str]:
-    return {
-        "FLEET_LM_MODEL": "openai/root",
-        "FLEET_LM_BASE_URL": server.base_url,
-        "FLEET_LM_API_KEY": "scripted",
-        "FLEET_SUB_LM_MODEL": "openai/sub",
-        "FLEET_MODE": "rlm",
-    }
+    return scripted_env(server)
 
 
 def test_run_streams_json_events_and_writes_the_artifact(model_server: ScriptedModelServer, tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from fleet_rlm.engine.events import Event, EventType
 from fleet_rlm.engine.turn import Turn, TurnOutcome, TurnRequest, build_turn
 from fleet_rlm.testing.scripted_model import ScriptedModelServer
 from fleet_rlm.testing.settings import scripted_settings
+from fleet_rlm.workspace.layout import Workspace
+from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 
 
 @dataclass
@@ -37,11 +39,10 @@ class Harness:
         return scripted_settings(self.server, self.home, **overrides)
 
     def workspace(self, files: dict[str, str] | None = None) -> Path:
-        root = self.tmp / "ws"
-        (root / "files").mkdir(parents=True, exist_ok=True)
+        workspace = Workspace.create(self.tmp / "ws", mode=SHARED_DIR_MODE)
         for name, text in (files or {}).items():
-            (root / "files" / name).write_text(text)
-        return root
+            workspace.tree.write(f"files/{name}", text.encode())
+        return workspace.root
 
     def build(self, task: str, files: dict[str, str] | None = None, **overrides: Any) -> tuple[Turn, list[Event]]:
         events: list[Event] = []

@@ -11,6 +11,8 @@ from fleet_rlm.sandbox.base import SandboxSpec
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
 from fleet_rlm.testing.scripted_model import ScriptedModelServer
+from fleet_rlm.workspace.layout import Workspace
+from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 
 from .helpers import TEST_LIMITS, RecordingObserver, SandboxMaker
 
@@ -28,9 +30,7 @@ def backend() -> LocalSandboxBackend:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
+    return Workspace.create(tmp_path / "workspace", mode=SHARED_DIR_MODE).root
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreter
 
 from fleet_rlm.sandbox.isolation import walk_processes_of
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
+from fleet_rlm.workspace.tree import SafeTree
 
 from .helpers import SandboxMaker
 
@@ -43,8 +44,7 @@ def test_host_files_outside_the_workspace_are_hidden(sandbox: LocalSandbox, tmp_
 
 
 def test_workspace_is_readable_and_writable(sandbox: LocalSandbox, workspace: Path) -> None:
-    (workspace / "given.txt").write_text("from host")
-    os.chmod(workspace / "given.txt", 0o600)
+    SafeTree(workspace).write("given.txt", b"from host")
     code = "print(open('given.txt').read())\nopen('made.txt', 'w').write('from sandbox')\nimport os; print(os.getcwd())"
     assert sandbox.execute(code) == "from host\n/workspace"
     assert (workspace / "made.txt").read_text() == "from sandbox"

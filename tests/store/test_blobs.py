@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fleet_rlm.store import BlobStore, TooLarge
+from fleet_rlm.workspace.layout import Workspace
 
 
 def test_same_content_is_stored_once_and_copied_out_independently(tmp_path: Path) -> None:
@@ -18,9 +19,10 @@ def test_same_content_is_stored_once_and_copied_out_independently(tmp_path: Path
     assert blobs.put_file("ses_1", source) == (sha, size)
     assert len(list((tmp_path / "ses_1" / "blobs").iterdir())) == 1
 
-    out = tmp_path / "ws" / "files" / "x.csv"
-    blobs.copy_out("ses_1", sha, out)
-    out.write_bytes(b"changed by the sandbox")
+    workspace = Workspace.create(tmp_path / "ws")
+    with blobs.open("ses_1", sha) as blob:
+        workspace.tree.write("files/x.csv", blob)
+    (workspace.files_dir / "x.csv").write_bytes(b"changed by the sandbox")
     assert blobs.path("ses_1", sha).read_bytes() == b"a,b\n1,2\n"
 
 

@@ -11,6 +11,7 @@ from fleet_rlm.workspace.kinds import FileKind
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.manifest import ManifestEntry, build_manifest, manifest_to_json, render_manifest
 from fleet_rlm.workspace.previews import JsonPreview, TablePreview, TextPreview
+from fleet_rlm.workspace.walk import WorkspaceFile, stat_file
 
 
 @pytest.fixture
@@ -237,8 +238,8 @@ def test_symlinks_outside_are_left_out_and_fifos_do_not_block(ws: Workspace, tmp
 
     manifest = build_manifest(ws, cache=DigestCache())
 
-    assert [e.path for e in manifest] == ["files/alias.txt", "files/real.txt"]
-    assert manifest[0].sha256 == manifest[1].sha256
+    # No link is followed, not even one that stays inside the workspace.
+    assert [e.path for e in manifest] == ["files/real.txt"]
     assert "host secret" not in render_manifest(manifest)
 
 
@@ -247,7 +248,7 @@ def test_sha256_is_cached_by_path_size_and_mtime(tmp_path: Path) -> None:
     path.write_bytes(b"version one\n")
     cache = DigestCache()
 
-    first, second = cache.digest(path), cache.digest(path)
+    first, second = cache.digest(listed(path)), cache.digest(listed(path))
 
     assert first.sha256 == second.sha256 == hashlib.sha256(b"version one\n").hexdigest()
     assert (cache.misses, cache.hits) == (1, 1)
@@ -256,11 +257,11 @@ def test_sha256_is_cached_by_path_size_and_mtime(tmp_path: Path) -> None:
     stat = path.stat()
     path.write_bytes(b"version two\n")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert cache.digest(path).sha256 == first.sha256
+    assert cache.digest(listed(path)).sha256 == first.sha256
 
     # A new mtime makes it hash again.
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
-    assert cache.digest(path).sha256 == hashlib.sha256(b"version two\n").hexdigest()
+    assert cache.digest(listed(path)).sha256 == hashlib.sha256(b"version two\n").hexdigest()
     assert cache.misses == 2
 
 
@@ -274,8 +275,8 @@ def test_a_file_written_while_hashed_is_not_cached(tmp_path: Path) -> None:
             f.write("b\n")
         return "digest of a moving target"
 
-    assert cache.remember(path, "sha256", hash_while_appending) == "digest of a moving target"
-    assert cache.digest(path).sha256 == hashlib.sha256(b"a\nb\n").hexdigest()
+    assert cache.remember(listed(path), "sha256", hash_while_appending) == "digest of a moving target"
+    assert cache.digest(listed(path)).sha256 == hashlib.sha256(b"a\nb\n").hexdigest()
 
 
 def test_repeated_manifest_of_unchanged_files_reads_nothing_again(ws: Workspace) -> None:
@@ -367,3 +368,9 @@ def test_manifest_json_is_plain_json_with_typed_previews(ws: Workspace) -> None:
 def test_bad_options_are_refused_by_name(ws: Workspace) -> None:
     with pytest.raises(ValueError, match="preview_chars must be >= 1"):
         build_manifest(ws, preview_chars=0)
+
+
+def listed(path: Path) -> WorkspaceFile:
+    found = stat_file(path.parent, path.name)
+    assert found is not None
+    return found

@@ -11,7 +11,6 @@ with a ``provenance.json``.
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -31,10 +30,11 @@ from fleet_rlm.engine.observe import ObservedSandbox, RLMCallbacks, TurnObserver
 from fleet_rlm.engine.program import build_rlm
 from fleet_rlm.engine.usage import TurnUsage
 from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxSpec
-from fleet_rlm.workspace.hashing import hash_file
-from fleet_rlm.workspace.layout import Workspace
+from fleet_rlm.workspace.hashing import HashingReader
+from fleet_rlm.workspace.layout import ARTIFACTS, FILES, Workspace
 from fleet_rlm.workspace.manifest import build_manifest, render_manifest
 from fleet_rlm.workspace.paths import PathEscapeError
+from fleet_rlm.workspace.tree import SHARED_DIR_MODE, Skipped, UnsafeEntry, split_rel
 
 CHILDREN_DIR = "children"
 
@@ -160,13 +160,15 @@ class ChildRun:
             EventType.CHILD_STARTED,
             {"child_id": self.child_id, "depth": self.depth, "task": self.task, "files": self.files},
         )
-        workspace = Workspace.create(self.d.scratch_root / self.child_id)
+        volume = self.d.backend.workspace_volume(
+            self.d.scratch_root / self.child_id, SandboxLimits.from_settings(self.d.settings)
+        )
         try:
-            result = self._run_in(workspace)
+            result = self._run_in(Workspace.create(volume.workspace, mode=SHARED_DIR_MODE))
         finally:
             for sandbox in self.sandboxes:
                 sandbox.interrupt()
-            shutil.rmtree(workspace.root, ignore_errors=True)
+            volume.release()
         result["duration"] = round(time.monotonic() - started, 3)
         result["usage"] = self._usage()
         self.trace.emit(
@@ -187,8 +189,8 @@ class ChildRun:
     def _run_in(self, workspace: Workspace) -> dict[str, Any]:
         try:
             self._copy_inputs(workspace)
-        except (PathEscapeError, FileNotFoundError, IsADirectoryError) as exc:
-            return _result(self.child_id, "failed", error=f"bad file for child: {exc}")
+        except (PathEscapeError, OSError) as exc:
+            return _result(self.child_id, "failed", error=f"bad file for child: {_reason(exc)}")
         deadline = min(self.d.settings.child_timeout, self.d.budget.remaining_seconds())
         if deadline <= 0:
             return _result(self.child_id, "timeout", error="no time left in the turn for a child agent")
@@ -208,10 +210,15 @@ class ChildRun:
         return _result(self.child_id, "completed", answer=outcome["answer"], artifacts=artifacts, provenance=provenance)
 
     def _copy_inputs(self, workspace: Workspace) -> None:
+        """The files the parent named, read without following links, into the child's ``files/``."""
+        parent, child = self.parent_workspace.tree, workspace.tree
         for rel in self.files:
-            source = self.parent_workspace.resolve(rel)
-            dest = rel.removeprefix("files/")
-            workspace.add_file(source, dest)
+            names = split_rel(rel)
+            if names[0] == FILES:
+                names = names[1:]
+            if not names:
+                raise PathEscapeError(rel, "the path names the files directory itself, not a file in it")
+            child.copy_from(parent, rel, "/".join((FILES, *names)))
 
     def _think(self, workspace: Workspace, outcome: dict[str, Any]) -> None:
         budget = self.d.budget
@@ -255,28 +262,46 @@ class ChildRun:
             outcome.update(_child_failure(exc, budget))
 
     def _promote(self, workspace: Workspace) -> tuple[list[str], list[dict[str, Any]]]:
-        target = self.parent_workspace.artifacts_dir / CHILDREN_DIR / self.child_id
+        """Copy the child's artifacts into the parent's ``artifacts/children/<child id>/``.
+
+        Both trees are sandbox-writable: the child's is walked without following links (what is
+        skipped is reported), and the parent's is written through descriptors, so a link the
+        parent's code planted at ``artifacts/children`` is refused rather than written through.
+        """
+        source, target = workspace.tree, self.parent_workspace.tree
+        base = f"{ARTIFACTS}/{CHILDREN_DIR}/{self.child_id}"
         promoted: list[str] = []
         provenance: list[dict[str, Any]] = []
-        for source in sorted(p for p in workspace.artifacts_dir.rglob("*") if p.is_file() and not p.is_symlink()):
-            rel = source.relative_to(workspace.artifacts_dir)
-            dest = target / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, dest)
-            path = dest.relative_to(self.parent_workspace.root).as_posix()
-            promoted.append(path)
-            provenance.append(
-                {
-                    "path": path,
-                    "source_path": f"artifacts/{rel.as_posix()}",
-                    "sha256": hash_file(dest).sha256,
-                    "child_id": self.child_id,
-                    "parent_turn": self.d.turn_id,
-                    "task": self.task,
-                }
-            )
-        if provenance:
-            (target / "provenance.json").write_text(json.dumps(provenance, indent=2))
+        try:
+            for entry in source.walk(ARTIFACTS):
+                rel = entry.rel.removeprefix(f"{ARTIFACTS}/")
+                path = f"{base}/{rel}"
+                try:
+                    handle = source.open(entry.rel)
+                except UnsafeEntry as exc:  # replaced by a link or a special file since it was listed
+                    source.skipped.append(Skipped(exc.rel, exc.what))
+                    continue
+                with handle:
+                    reader = HashingReader(handle)
+                    target.write(path, reader)
+                promoted.append(path)
+                provenance.append(
+                    {
+                        "path": path,
+                        "source_path": entry.rel,
+                        "sha256": reader.sha256,
+                        "child_id": self.child_id,
+                        "parent_turn": self.d.turn_id,
+                        "task": self.task,
+                    }
+                )
+            if provenance:
+                target.write(f"{base}/provenance.json", json.dumps(provenance, indent=2).encode())
+        except OSError as exc:
+            self.trace.emit(EventType.WARNING, {"message": f"the child's artifacts were not promoted: {_reason(exc)}"})
+            return [], []
+        finally:
+            self.trace.warn_skipped(source)
         return promoted, provenance
 
     def _usage(self) -> dict[str, Any]:
@@ -287,6 +312,10 @@ class ChildRun:
             "output_tokens": self.usage.output_tokens,
             "iterations": self.trace.iteration,
         }
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, UnsafeEntry) and exc.strerror else str(exc)
 
 
 def _child_failure(exc: BaseException, budget: TurnBudget) -> dict[str, str]:

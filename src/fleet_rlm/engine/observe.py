@@ -17,6 +17,7 @@ from dspy.utils.callback import BaseCallback
 
 from fleet_rlm.engine.events import EventEmitter, EventType, new_id
 from fleet_rlm.sandbox.base import Sandbox
+from fleet_rlm.workspace.tree import SafeTree
 
 PREVIEW_CHARS = 200
 
@@ -45,6 +46,7 @@ class TurnTrace:
         self.iteration_span = self.root_span
         self.sandbox_errors = 0
         self.lock = threading.Lock()
+        self._skipped_told: set[str] = set()
 
     def emit(self, type: EventType, data: dict[str, Any]) -> None:
         """An event about this loop as a whole (its root span)."""
@@ -58,6 +60,18 @@ class TurnTrace:
             self.emitter.emit(type, data, span_id=self.iteration_span, parent_span_id=self.root_span)
         else:
             self.emitter.emit(type, data, span_id=span_id, parent_span_id=self.iteration_span)
+
+    def warn_skipped(self, tree: SafeTree, *, in_iteration: bool = False) -> None:
+        """A warning for each link or special file the host met in ``tree`` and left alone (once each)."""
+        for item in tree.take_skipped():
+            if item.rel in self._skipped_told:
+                continue
+            self._skipped_told.add(item.rel)
+            message = f"{item.rel} is {item.what}: skipped (the host never follows links or opens special files)"
+            if in_iteration:
+                self.emit_in_iteration(EventType.WARNING, {"message": message})
+            else:
+                self.emit(EventType.WARNING, {"message": message})
 
 
 class RLMCallbacks(BaseCallback):  # type: ignore[misc]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,10 +30,13 @@ from fleet_rlm.engine.program import render_history
 from fleet_rlm.engine.routes.context import RouteContext
 from fleet_rlm.engine.routes.select import RouteRefused, run_route, select_route
 from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxSpec
-from fleet_rlm.workspace.hashing import hash_file
+from fleet_rlm.sandbox.volume import remove_volume_directory
+from fleet_rlm.workspace.hashing import hash_workspace_file
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.manifest import build_manifest, render_manifest
-from fleet_rlm.workspace.snapshot import changed_since, snapshot
+from fleet_rlm.workspace.snapshot import changed_between, snapshot
+from fleet_rlm.workspace.tree import SHARED_DIR_MODE
+from fleet_rlm.workspace.walk import stat_file
 
 TurnStatus = Literal["completed", "failed", "cancelled"]
 
@@ -84,7 +86,8 @@ class Turn:
         self.turn_id = request.turn_id
         self.backend = backend
         self.emitter = EventEmitter(request.turn_id, *sinks)
-        self.workspace = Workspace.create(request.workspace)
+        self.workspace = Workspace.create(request.workspace, mode=SHARED_DIR_MODE)
+        self.tree = self.workspace.tree
         self.max_iterations = request.max_iterations or settings.max_iterations
         self.turn_timeout = request.turn_timeout or settings.turn_timeout
         self.mode: str = request.mode or settings.mode
@@ -102,7 +105,7 @@ class Turn:
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Event | None = None
-        self._artifacts_before = snapshot(self.workspace)
+        self._artifacts_before = snapshot(self.tree)
         self._announced: dict[str, tuple[int, int]] = {}
         self._started = time.monotonic()
         self._scratch_root = settings.data_dir / "children" / self.turn_id
@@ -195,13 +198,14 @@ class Turn:
             max_iterations=self.max_iterations,
             inputs={
                 "task": Text(self._task_text()),
-                "workspace": Text(render_manifest(build_manifest(self.workspace))),
+                "workspace": Text(render_manifest(build_manifest(self.tree))),
                 "history": Text(render_history([(h.message, h.answer) for h in self.request.history])),
             },
             interpreter_factory=self._sandbox_factory(),
             tools=self._delegation().tools(depth=0, parent=self.trace, workspace=self.workspace),
             has_files=bool(self.request.context_paths) or any(self.workspace.files_dir.iterdir()),
         )
+        self.trace.warn_skipped(self.tree)
         try:
             choice = select_route(ctx, self.mode)
         except RouteRefused as exc:
@@ -257,8 +261,9 @@ class Turn:
     # -- results -------------------------------------------------------------------------------
 
     def _announce_artifacts(self) -> None:
-        current = snapshot(self.workspace)
-        for path in changed_since(self.workspace, self._artifacts_before):
+        current = snapshot(self.tree)
+        self.trace.warn_skipped(self.tree, in_iteration=True)
+        for path in changed_between(self._artifacts_before, current):
             facts = current.get(path)
             if facts is None or self._announced.get(path) == facts:
                 continue
@@ -282,7 +287,7 @@ class Turn:
 
     def _finish(self, outcome: TurnOutcome) -> TurnOutcome:
         self._kill_sandboxes()
-        shutil.rmtree(self._scratch_root, ignore_errors=True)
+        remove_volume_directory(self._scratch_root)
         if outcome.status == "completed":
             self._announce_artifacts()
         outcome.artifacts = self._artifact_records()
@@ -302,9 +307,14 @@ class Turn:
     def _artifact_records(self) -> list[dict[str, Any]]:
         records = []
         for path in sorted(self._announced):
-            file = self.workspace.root / path
-            if file.is_file():
-                records.append({"path": path, "size": file.stat().st_size, "sha256": hash_file(file).sha256})
+            found = stat_file(self.tree, path)
+            if found is None:  # gone, or replaced by a link or a special file since it was announced
+                continue
+            try:
+                digest = hash_workspace_file(found)
+            except OSError:
+                continue
+            records.append({"path": path, "size": found.size, "sha256": digest.sha256})
         return records
 
     def _usage(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fleet_rlm.config import Settings
+from fleet_rlm.sandbox.volume import Volume, plain_volume
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class SandboxLimits:
     cpu_seconds: int = 1800
     execution_timeout: float = 120.0
     max_output_chars: int = 20_000
+    disk_mb: int = 10_240
+    """What a sandbox's workspace volume holds at most, inputs included (MiB)."""
+    max_files: int = 100_000
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SandboxLimits:
@@ -35,6 +39,8 @@ class SandboxLimits:
             cpu_seconds=settings.sandbox_cpu_seconds,
             execution_timeout=settings.execution_timeout,
             max_output_chars=settings.max_output_chars,
+            disk_mb=settings.sandbox_disk_mb,
+            max_files=settings.sandbox_max_files,
         )
 
 
@@ -118,6 +124,12 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def create(self, spec: SandboxSpec) -> Sandbox:
         """Make a new, not yet started sandbox for ``spec``. Raises SandboxUnavailable."""
+
+    def workspace_volume(self, directory: Path, limits: SandboxLimits) -> Volume:
+        """A place at ``directory`` for a workspace of this backend's sandboxes, bounded by
+        ``limits.disk_mb`` and ``limits.max_files`` where the backend can. The caller releases it
+        once every sandbox on it has ended."""
+        return plain_volume(directory)
 
     def check(self) -> BackendCheck:
         """Whether this backend works here, for ``fleet doctor``."""

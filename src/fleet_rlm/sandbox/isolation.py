@@ -302,14 +302,6 @@ def user_task_count() -> int:
     return count
 
 
-def chown_tree(root: Path, uid: int) -> None:
-    """Give the sandbox uid the workspace so its code can write there."""
-    os.lchown(root, uid, uid)
-    for directory, dirnames, filenames in os.walk(root):
-        for name in (*dirnames, *filenames):
-            os.lchown(os.path.join(directory, name), uid, uid)
-
-
 def walk_processes_of(uid: int) -> Iterator[int]:
     """Pids of live processes running as ``uid`` (used to verify a sandbox left nothing behind)."""
     for entry in os.scandir("/proc"):

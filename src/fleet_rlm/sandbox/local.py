@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -15,7 +16,9 @@ from fleet_rlm.config import Settings
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.isolation import BubblewrapLauncher, Launcher, PythonRuntime, UnisolatedLauncher
 from fleet_rlm.sandbox.local_sandbox import DEFAULT_INTERRUPT_GRACE, LocalSandbox
+from fleet_rlm.sandbox.volume import Volume, VolumeError, bounded_volume, plain_volume, quota_support
 
+log = logging.getLogger(__name__)
 INSTALL_FIX = (
     "install bubblewrap: apt-get install bubblewrap (or dnf install bubblewrap, pacman -S bubblewrap); "
     "or set FLEET_SANDBOX_ALLOW_UNISOLATED=true to run code WITHOUT isolation"
@@ -101,6 +104,15 @@ class LocalSandboxBackend(SandboxBackend):
             return UnisolatedLauncher(self.runtime())
         raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed, so code cannot run isolated; {INSTALL_FIX}")
 
+    def workspace_volume(self, directory: Path, limits: SandboxLimits) -> Volume:
+        """A loop-mounted volume bounded in bytes and files where this host can mount one."""
+        if self.bwrap is not None and quota_support().available:
+            try:
+                return bounded_volume(directory, disk_mb=limits.disk_mb, max_files=limits.max_files)
+            except VolumeError as exc:
+                log.warning("workspace disk quota not enforced: %s", exc)
+        return plain_volume(directory)
+
     def create(self, spec: SandboxSpec) -> LocalSandbox:
         return LocalSandbox(spec, self.launcher(), interrupt_grace=self.interrupt_grace)
 
@@ -114,7 +126,8 @@ class LocalSandboxBackend(SandboxBackend):
             host_file = Path(scratch, "host-secret.txt")
             host_file.write_text("not for the sandbox")
             workspace = Path(scratch, "workspace")
-            workspace.mkdir()
+            workspace.mkdir(mode=0o777)
+            workspace.chmod(0o777)  # the sandbox runs as a uid of its own
             sandbox = LocalSandbox(SandboxSpec(workspace, limits=SandboxLimits(execution_timeout=30)), launcher)
             try:
                 started = time.monotonic()

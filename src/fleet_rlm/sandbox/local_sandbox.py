@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError, FinalOutput
 
 from fleet_rlm.sandbox.base import SandboxSpec, SandboxUnavailable
-from fleet_rlm.sandbox.isolation import WORKSPACE_MOUNT, LaunchedWorker, Launcher, chown_tree
+from fleet_rlm.sandbox.isolation import WORKSPACE_MOUNT, LaunchedWorker, Launcher
 from fleet_rlm.sandbox.output import CappedText, GuardedObserver, OutputPump
 from fleet_rlm.sandbox.protocol import decode_message, encode_message, execute_message, write_all
 from fleet_rlm.sandbox.tool_calls import check_tool_names, run_tool_call
@@ -129,11 +129,6 @@ class LocalSandbox:
         self._pump = OutputPump(worker.stdout_fd, worker.stderr_fd, self._observer, self.spec.limits.max_output_chars)
         threading.Thread(target=self._read_replies, args=(worker.reply_fd,), daemon=True).start()
         self._check_usable()  # cancelled while launching
-        if worker.uid is not None:
-            try:
-                chown_tree(self.spec.workspace, worker.uid)  # while the worker boots
-            except OSError as exc:
-                raise SandboxStartError(f"could not give the sandbox its workspace: {exc}") from exc
         message = self._next_message(time.monotonic() + self._start_timeout)
         if isinstance(message, dict) and message["type"] == "ready":
             self._pump.ready()

@@ -347,6 +347,8 @@ def drop_privileges(uid: int, gid: int) -> None:
     os.setgroups([])
     os.setgid(gid)
     os.setuid(uid)
+    # Every sandbox of a workspace runs as a uid of its own: what one writes, the next may change.
+    os.umask(0)
 
 
 def parse_arguments(argv: list[str]) -> dict[str, str]:

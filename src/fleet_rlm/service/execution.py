@@ -143,7 +143,6 @@ class TurnExecution:
         records = await self.store.list_files(plan.session.id)
         workspace = self.lease.workspace
         placed = await asyncio.to_thread(self.files.materialize, plan.session.id, records, workspace)
-        await asyncio.to_thread(self.lease.hand_over_files)
         history = await self.store.history(plan.session.id, before_position=plan.turn.position)
         if self.cancel_requested or not await self.store.mark_running(self.turn_id):
             return self._stopped_outcome(), None

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from fleet_rlm.store import BlobStore, FileChanges, FileRecord, Invalid
-from fleet_rlm.workspace.hashing import hash_file
+from fleet_rlm.workspace.hashing import hash_workspace_file
 from fleet_rlm.workspace.kinds import FileKind, detect_kind
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, MEMORY, Workspace
 from fleet_rlm.workspace.paths import PathEscapeError, resolve_inside
@@ -85,25 +85,34 @@ class SessionFiles:
         return detect_kind(record.path, head, tail, head_is_whole_file=record.size <= _SAMPLE)
 
     def materialize(self, session_id: str, records: list[FileRecord], workspace: Workspace) -> dict[str, str]:
-        """Copy the session's files into ``workspace``; returns path -> sha256 of what was put there."""
+        """Copy the session's files into ``workspace`` (written through descriptors: its sandbox may
+        already run); returns path -> sha256 of what was put there."""
         placed: dict[str, str] = {}
+        tree = workspace.tree
         for record in records:
-            self.blobs.copy_out(session_id, record.sha256, workspace.resolve(record.path))
+            with self.blobs.open(session_id, record.sha256) as blob:
+                tree.write(record.path, blob)
             placed[record.path] = record.sha256
         return placed
 
     def collect_changes(self, session_id: str, workspace: Workspace, before: Mapping[str, str]) -> FileChanges:
         """What the turn changed under ``artifacts/`` and ``memory/``, with new bytes already stored.
 
-        Symlinks leading out of the workspace are never followed (their target is not collected)."""
+        Links and special files are never followed or opened (see :mod:`fleet_rlm.workspace.tree`)."""
         upserts: list[FileRecord] = []
         seen: set[str] = set()
+        tree = workspace.tree
         for top, origin in KEPT_FROM_TURNS.items():
-            for found in iter_files(workspace, under=top):
-                seen.add(found.rel)
-                if before.get(found.rel) == hash_file(found.path).sha256:
+            for found in iter_files(tree, under=top):
+                try:
+                    if before.get(found.rel) == hash_workspace_file(found).sha256:
+                        seen.add(found.rel)
+                        continue
+                    with found.open() as handle:
+                        sha, size = self.blobs.put_stream(session_id, handle)
+                except OSError:  # changed or replaced since it was listed: not collected
                     continue
-                sha, size = self.blobs.put_file(session_id, found.path)
+                seen.add(found.rel)
                 upserts.append(FileRecord(found.rel, size, sha, media_type_of(found.rel), origin))
         deletions = sorted(
             path for path in before if PurePosixPath(path).parts[0] in KEPT_FROM_TURNS and path not in seen

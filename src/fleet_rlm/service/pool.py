@@ -1,14 +1,14 @@
 """A small pool of started sandboxes, so a turn's first execution does not wait for a cold start.
 
-Decision: every sandbox (pooled or cold) gets its own fresh workspace directory under
-``<data dir>/sandboxes/<sandbox id>/workspace``. When a turn takes one, the session's files are
+Decision: every sandbox (pooled or cold) gets its own fresh workspace volume under
+``<data dir>/sandboxes/<sandbox id>/`` (bounded in bytes and files where the backend can). When a turn takes one, the session's files are
 copied in (see :mod:`fleet_rlm.service.files`); when the turn ends, the artifacts and memory it
 wrote are copied back into the session's blob store with the turn's commit, and the sandbox and
 its directory are torn down. A sandbox is never reused by a second turn.
 
 Each directory carries ``label.json`` naming the server process (runner) and, once leased, the
-session and turn. At start-up, :meth:`SandboxPool.reap` removes every directory whose runner is
-dead, so no sandbox survives a crash unaccounted.
+session and turn. At start-up, :meth:`SandboxPool.reap` unmounts and removes every directory whose
+runner is dead, so no sandbox survives a crash unaccounted.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -27,8 +26,9 @@ from typing import Any
 
 from fleet_rlm.engine.events import new_id
 from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxObserver, SandboxSpec
-from fleet_rlm.sandbox.isolation import chown_tree
+from fleet_rlm.sandbox.volume import Volume, remove_volume_directory
 from fleet_rlm.workspace.layout import Workspace
+from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 
 log = logging.getLogger(__name__)
 LABEL_FILE = "label.json"
@@ -86,6 +86,9 @@ class LeasedBackend(SandboxBackend):
     def check(self) -> Any:
         return self.inner.check()
 
+    def workspace_volume(self, directory: Path, limits: SandboxLimits) -> Volume:
+        return self.inner.workspace_volume(directory, limits)
+
     def create(self, spec: SandboxSpec) -> Sandbox:
         with self._lock:
             warm, self._warm = self._warm, None
@@ -102,13 +105,6 @@ class LeasedBackend(SandboxBackend):
         with self._lock:
             self.made.append(sandbox)
         return sandbox
-
-    def warm_uid(self) -> int | None:
-        """The uid the pre-started sandbox runs as, if it has one of its own."""
-        with self._lock:
-            warm = self._warm
-        uid = getattr(warm.sandbox, "worker_uid", None) if warm is not None else None
-        return uid if isinstance(uid, int) else None
 
     def unused_warm(self) -> Sandbox | None:
         with self._lock:
@@ -131,13 +127,6 @@ class Lease:
     warm: bool
     acquire_seconds: float
     labels: dict[str, str] = field(default_factory=dict)
-
-    def hand_over_files(self) -> None:
-        """Files copied in after the warm sandbox started belong to root; give them to the
-        sandbox's own user so its code can change them (a cold sandbox does this as it starts)."""
-        uid = self.backend.warm_uid()
-        if uid is not None:
-            chown_tree(self.workspace.root, uid)
 
 
 class SandboxPool:
@@ -165,7 +154,7 @@ class SandboxPool:
         for directory in self.root.iterdir():
             label = _read_label(directory)
             if runner_is_dead(label.get("runner")):
-                shutil.rmtree(directory, ignore_errors=True)
+                remove_volume_directory(directory)
                 reaped.append({"sandbox": directory.name, **label})
         for label in reaped:
             log.warning("reaped sandbox %s left by %s", label["sandbox"], label.get("runner"))
@@ -197,7 +186,11 @@ class SandboxPool:
             sandbox_id, warm = new_id("sbx"), None
             self.cold_leases += 1
         directory = self.root / sandbox_id
-        workspace = Workspace.create(directory / "workspace")
+        if warm is None:
+            volume = await asyncio.to_thread(self.backend.workspace_volume, directory, self.limits)
+            workspace = Workspace.create(volume.workspace, mode=SHARED_DIR_MODE)
+        else:
+            workspace = Workspace(warm.sandbox.spec.workspace)
         _write_label(directory, {**labels, "sandbox": sandbox_id})
         if warm is not None:
             warm.labels.update(labels)
@@ -232,7 +225,7 @@ class SandboxPool:
                     sandbox.shutdown()
                 except Exception as exc:
                     log.warning("sandbox %s: shutdown failed: %s", sandbox_id, exc)
-            shutil.rmtree(self.root / sandbox_id, ignore_errors=True)
+            remove_volume_directory(self.root / sandbox_id)
 
         await asyncio.to_thread(teardown)
 
@@ -253,7 +246,7 @@ class SandboxPool:
         except Exception as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.error("could not start a pooled sandbox: %s", self.last_error)
-            shutil.rmtree(directory, ignore_errors=True)
+            remove_volume_directory(directory)
             return
         finally:
             self._starting -= 1
@@ -264,7 +257,8 @@ class SandboxPool:
         self._idle.append((sandbox_id, warm))
 
     def _start_warm(self, sandbox_id: str, directory: Path) -> _Warm:
-        workspace = Workspace.create(directory / "workspace")
+        volume = self.backend.workspace_volume(directory, self.limits)
+        workspace = Workspace.create(volume.workspace, mode=SHARED_DIR_MODE)
         labels = {"runner": self.runner, "sandbox": sandbox_id}
         _write_label(directory, labels)
         observer = SwitchableObserver()

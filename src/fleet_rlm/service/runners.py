@@ -10,25 +10,12 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from pathlib import Path
+
+from fleet_rlm.processes import pid_alive
 
 
 def new_runner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (killed, not yet reaped) is dead for our purposes
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def is_dead(runner: str | None, me: str) -> bool:
@@ -44,4 +31,4 @@ def is_dead(runner: str | None, me: str) -> bool:
     host, pid = parts[0], int(parts[1])
     if host != my_host:
         return False
-    return pid == os.getpid() or not _process_alive(pid)
+    return pid == os.getpid() or not pid_alive(pid)

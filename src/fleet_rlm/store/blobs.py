@@ -95,11 +95,9 @@ class BlobStore:
         with source.open("rb") as handle:
             return self.put_stream(session_id, handle)
 
-    def copy_out(self, session_id: str, sha256: str, destination: Path) -> None:
-        """Write a blob's bytes to ``destination`` as an independent file (never a link: the
-        reader may modify it)."""
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(self.path(session_id, sha256), destination)
+    def open(self, session_id: str, sha256: str) -> IO[bytes]:
+        """A blob's bytes, to copy into a workspace (as an independent file: the reader may modify it)."""
+        return self.path(session_id, sha256).open("rb")
 
     def collect_garbage(self, session_id: str, keep: Iterable[str]) -> int:
         """Remove staging leftovers and blobs not in ``keep``; returns how many files went."""

@@ -14,8 +14,10 @@ from fleet_rlm.workspace.manifest import (
 from fleet_rlm.workspace.paths import PathEscapeError, resolve_inside
 from fleet_rlm.workspace.previews import JsonPreview, Preview, TablePreview, TextPreview
 from fleet_rlm.workspace.snapshot import Snapshot, changed_since, snapshot
+from fleet_rlm.workspace.tree import SHARED_DIR_MODE, SafeTree, UnsafeEntry
 
 __all__ = [
+    "SHARED_DIR_MODE",
     "DigestCache",
     "FileDigest",
     "FileKind",
@@ -24,9 +26,11 @@ __all__ = [
     "ManifestEntry",
     "PathEscapeError",
     "Preview",
+    "SafeTree",
     "Snapshot",
     "TablePreview",
     "TextPreview",
+    "UnsafeEntry",
     "Workspace",
     "build_manifest",
     "changed_since",

@@ -8,13 +8,16 @@ line count costs nothing extra.
 from __future__ import annotations
 
 import hashlib
-import os
+import io
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, cast
+
+from fleet_rlm.workspace.tree import Readable
+from fleet_rlm.workspace.walk import WorkspaceFile
 
 CHUNK_BYTES = 1 << 20
 
@@ -31,7 +34,7 @@ T = TypeVar("T")
 
 
 class DigestCache:
-    """Facts about files remembered by (real path, size, mtime_ns, inode): digests, and anything
+    """Facts about files remembered by (path, size, mtime_ns, inode): digests, and anything
     else derived from a file's content (the manifest keeps its entries here). Thread-safe; the
     least recently used fact goes first when full."""
 
@@ -42,18 +45,17 @@ class DigestCache:
         self._entries: OrderedDict[_Key, object] = OrderedDict()
         self._lock = threading.Lock()
 
-    def digest(self, path: Path) -> FileDigest:
-        """The digest of the file at ``path``, hashing it only if it changed since last asked."""
-        return self.remember(path, "sha256", lambda: hash_file(path))
+    def digest(self, file: WorkspaceFile) -> FileDigest:
+        """The digest of ``file``, hashing it only if it changed since last asked."""
+        return self.remember(file, "sha256", lambda: hash_workspace_file(file))
 
-    def remember(self, path: Path, purpose: Hashable, compute: Callable[[], T]) -> T:
-        """``compute()``'s result for the file at ``path`` as it is now, computed once per version.
+    def remember(self, file: WorkspaceFile, purpose: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()``'s result for ``file`` as it was listed, computed once per version.
 
         ``purpose`` tells apart different facts about one file (and must capture any option the
         fact depends on). A result is kept only if the file did not change while it was computed.
         """
-        before = os.stat(path)
-        key = (str(path), before.st_size, before.st_mtime_ns, before.st_ino, purpose)
+        key = (*file.identity, purpose)
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
@@ -61,8 +63,8 @@ class DigestCache:
                 return cast(T, self._entries[key])
             self.misses += 1
         value = compute()
-        after = os.stat(path)
-        if (after.st_size, after.st_mtime_ns, after.st_ino) == key[1:4]:
+        after = file.tree.entry(file.rel)
+        if after is not None and (after.size, after.mtime_ns, after.inode) == key[1:4]:
             with self._lock:
                 self._entries[key] = value
                 while len(self._entries) > self.max_entries:
@@ -74,17 +76,45 @@ class DigestCache:
             self._entries.clear()
 
 
-def hash_file(path: Path) -> FileDigest:
-    """SHA-256 and newline count of ``path``, read in 1 MiB chunks (memory stays flat)."""
+def hash_stream(stream: io.BufferedIOBase | io.RawIOBase) -> FileDigest:
+    """SHA-256 and newline count of what ``stream`` holds, read in 1 MiB chunks (memory stays flat)."""
     sha = hashlib.sha256()
     newlines = 0
     buffer = bytearray(CHUNK_BYTES)
     view = memoryview(buffer)
-    with path.open("rb", buffering=0) as f:
-        while n := f.readinto(buffer):
-            sha.update(view[:n])
-            newlines += buffer.count(b"\n", 0, n)
+    while n := stream.readinto(buffer):
+        sha.update(view[:n])
+        newlines += buffer.count(b"\n", 0, n)
     return FileDigest(sha256=sha.hexdigest(), newlines=newlines)
+
+
+class HashingReader:
+    """Wraps a binary stream; what is read through it is hashed, so a copy needs no second pass."""
+
+    def __init__(self, stream: Readable) -> None:
+        self._stream = stream
+        self._sha = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self._sha.update(data)
+        return data
+
+    @property
+    def sha256(self) -> str:
+        return self._sha.hexdigest()
+
+
+def hash_workspace_file(file: WorkspaceFile) -> FileDigest:
+    """The digest of a file in a sandbox-writable tree, read without following links."""
+    with file.open() as stream:
+        return hash_stream(stream)
+
+
+def hash_file(path: Path) -> FileDigest:
+    """The digest of a host-owned file (never one in a workspace: see :func:`hash_workspace_file`)."""
+    with path.open("rb", buffering=0) as stream:
+        return hash_stream(stream)
 
 
 default_cache = DigestCache()

@@ -7,14 +7,10 @@ persists between turns for the model itself, and ``tmp/`` scratch space nobody i
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
-from fleet_rlm.workspace.paths import PathEscapeError, resolve_inside
+from fleet_rlm.workspace.tree import SafeTree, split_rel
 
 FILES = "files"
 ARTIFACTS = "artifacts"
@@ -22,22 +18,31 @@ MEMORY = "memory"
 TMP = "tmp"
 LAYOUT = (FILES, ARTIFACTS, MEMORY, TMP)
 
-_Writer = Callable[[BinaryIO], object]
-
 
 @dataclass(frozen=True)
 class Workspace:
     root: Path
 
     @classmethod
-    def create(cls, root: Path) -> Workspace:
-        """Make ``root`` and its layout (idempotent: existing content is left alone)."""
+    def create(cls, root: Path, *, mode: int | None = None) -> Workspace:
+        """Make ``root`` and its layout (idempotent: existing content is left alone). With ``mode``
+        (``SHARED_DIR_MODE`` for a sandbox's workspace), the root and the directories this call
+        makes get it."""
         root = root.expanduser().resolve()
         if root.exists() and not root.is_dir():
             raise NotADirectoryError(f"workspace root {root} exists and is not a directory")
+        root.mkdir(parents=True, exist_ok=True)
+        if mode is not None:
+            os.chmod(root, mode)
+        tree = SafeTree(root)
         for name in LAYOUT:
-            (root / name).mkdir(parents=True, exist_ok=True)
+            tree.make_dirs(name, 0o755 if mode is None else mode)
         return cls(root)
+
+    @property
+    def tree(self) -> SafeTree:
+        """The workspace as sandbox code may have left it: to be read and written only through this."""
+        return SafeTree(self.root)
 
     @property
     def files_dir(self) -> Path:
@@ -55,41 +60,23 @@ class Workspace:
     def tmp_dir(self) -> Path:
         return self.root / TMP
 
-    def resolve(self, rel_path: str) -> Path:
-        """``rel_path`` (relative to the root) as a safe absolute path; raises PathEscapeError."""
-        return resolve_inside(self.root, rel_path)
-
-    def add_file(self, src: Path, dest: str | None = None) -> Path:
+    def add_file(self, src: Path, dest: str | None = None, *, mode: int = 0o644) -> Path:
         """Copy the host file ``src`` into ``files/`` (as ``dest``, relative to ``files/``; default its
-        name), replacing any file already there. Returns the new path."""
+        name), replacing any file already there. Returns its path."""
         if not src.is_file():
             raise FileNotFoundError(f"cannot add {src} to the workspace: not an existing regular file")
-        target = resolve_inside(self.files_dir, src.name if dest is None else dest)
+        rel = f"{FILES}/{'/'.join(split_rel(src.name if dest is None else dest))}"
         with src.open("rb") as source:
-            return self._write_atomically(target, lambda out: shutil.copyfileobj(source, out, 1 << 20))
+            self.tree.write(rel, source, mode=mode, dir_mode=_dir_mode(mode))
+        return self.root.joinpath(*split_rel(rel))
 
-    def write_bytes(self, rel_path: str, data: bytes) -> Path:
+    def write_bytes(self, rel_path: str, data: bytes, *, mode: int = 0o644) -> Path:
         """Write ``data`` to ``rel_path`` (relative to the root, e.g. ``"artifacts/out.txt"``),
         creating parent directories. The file appears complete or not at all. Returns its path."""
-        target = self.resolve(rel_path)
-        return self._write_atomically(target, lambda out: out.write(data))
+        self.tree.write(rel_path, data, mode=mode, dir_mode=_dir_mode(mode))
+        return self.root.joinpath(*split_rel(rel_path))
 
-    def _write_atomically(self, target: Path, write: _Writer) -> Path:
-        if target.is_dir():
-            raise IsADirectoryError(f"cannot write {target}: it is a directory")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Re-check after mkdir: a parent created by someone else in between could be a symlink.
-        if not target.parent.resolve().is_relative_to(self.root.resolve()):
-            raise PathEscapeError(str(target), "the parent directory resolves outside the workspace")
-        # Stage in tmp/ (same filesystem, never shown to anyone) so readers never see half a file.
-        staging = self.tmp_dir if self.tmp_dir.is_dir() else target.parent
-        fd, temp_name = tempfile.mkstemp(dir=staging, prefix=".incoming-")
-        try:
-            os.fchmod(fd, 0o644)  # mkstemp makes 0600; the sandbox must be able to read it
-            with os.fdopen(fd, "wb") as out:
-                write(out)
-            os.replace(temp_name, target)
-        except BaseException:
-            Path(temp_name).unlink(missing_ok=True)
-            raise
-        return target
+
+def _dir_mode(file_mode: int) -> int:
+    """Directories made for a file: searchable wherever the file is readable."""
+    return file_mode | ((file_mode & 0o444) >> 2)

@@ -27,7 +27,8 @@ from fleet_rlm.workspace.previews import (
 )
 from fleet_rlm.workspace.snapshot import changed_since as changed_since
 from fleet_rlm.workspace.snapshot import snapshot as snapshot
-from fleet_rlm.workspace.walk import WorkspaceFile, list_rel_paths, stat_file, workspace_root
+from fleet_rlm.workspace.tree import SafeTree
+from fleet_rlm.workspace.walk import WorkspaceFile, iter_files, tree_of
 
 DEFAULT_PREVIEW_CHARS = 2000
 DEFAULT_PREVIEW_ROWS = 5
@@ -59,7 +60,7 @@ class Manifest(list[ManifestEntry]):
 
 
 def build_manifest(
-    workspace: Workspace | Path,
+    workspace: Workspace | Path | SafeTree,
     *,
     preview_chars: int = DEFAULT_PREVIEW_CHARS,
     preview_rows: int = DEFAULT_PREVIEW_ROWS,
@@ -76,14 +77,10 @@ def build_manifest(
             f"preview_chars must be >= 1, preview_rows and max_entries >= 0 "
             f"(got {preview_chars}, {preview_rows}, {max_entries})"
         )
-    root = workspace_root(workspace)
     digests = cache if cache is not None else default_cache
     entries: list[ManifestEntry] = []
     left_out = 0
-    for rel in list_rel_paths(root):
-        found = stat_file(root, rel)
-        if found is None:
-            continue
+    for found in iter_files(tree_of(workspace)):
         if len(entries) >= max_entries:
             left_out += 1
             continue
@@ -96,14 +93,14 @@ def build_manifest(
 def _entry(file: WorkspaceFile, cache: DigestCache, preview_chars: int, preview_rows: int) -> ManifestEntry | None:
     def compute() -> ManifestEntry:
         head_bytes, tail_bytes = max(HEAD_SAMPLE_BYTES, preview_chars * 4), max(preview_chars * 4, 4096)
-        sample = read_sample(file.path, head_bytes, tail_bytes)
+        sample = read_sample(file.open, head_bytes, tail_bytes)
         kind = detect_kind(file.rel, sample.head, sample.tail, head_is_whole_file=sample.whole)
-        digest = cache.digest(file.path)
-        preview = build_preview(kind, file.path, sample, digest, preview_chars=preview_chars, preview_rows=preview_rows)
+        digest = cache.digest(file)
+        preview = build_preview(kind, file.open, sample, digest, preview_chars=preview_chars, preview_rows=preview_rows)
         return ManifestEntry(file.rel, sample.size, file.mtime_ns, digest.sha256, kind, preview)
 
     try:
-        return cache.remember(file.path, ("manifest entry", file.rel, preview_chars, preview_rows), compute)
+        return cache.remember(file, ("manifest entry", file.rel, preview_chars, preview_rows), compute)
     except OSError:  # vanished or unreadable while we looked: leave it out
         return None
 

@@ -11,9 +11,9 @@ import csv
 import io
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import BinaryIO
 
 from fleet_rlm.workspace.hashing import FileDigest
 from fleet_rlm.workspace.kinds import TEXT_KINDS, FileKind, decode_head, decode_tail
@@ -24,6 +24,8 @@ EXACT_ROW_COUNT_BYTES = 4 * 1024 * 1024
 JSON_PARSE_BYTES = 2 * 1024 * 1024
 """JSON files up to this size are parsed for their top-level shape."""
 MAX_COLUMNS = 40
+Opener = Callable[[], BinaryIO]
+"""Opens the file being previewed (safely: see :mod:`fleet_rlm.workspace.tree`)."""
 MAX_CELL_CHARS = 60
 MAX_KEYS = 40
 _SNAP_CHARS = 200
@@ -42,9 +44,9 @@ class FileSample:
         return not self.tail and len(self.head) == self.size
 
 
-def read_sample(path: Path, head_bytes: int, tail_bytes: int) -> FileSample:
-    """The first ``head_bytes`` and last ``tail_bytes`` of ``path`` (two reads, no more)."""
-    with path.open("rb") as f:
+def read_sample(opener: Opener, head_bytes: int, tail_bytes: int) -> FileSample:
+    """The first ``head_bytes`` and last ``tail_bytes`` of the file (two reads, no more)."""
+    with opener() as f:
         head = f.read(head_bytes)
         size = f.seek(0, io.SEEK_END)
         if size <= len(head):
@@ -98,7 +100,7 @@ Preview = TextPreview | TablePreview | JsonPreview
 
 def build_preview(
     kind: FileKind,
-    path: Path,
+    opener: Opener,
     sample: FileSample,
     digest: FileDigest,
     *,
@@ -109,11 +111,11 @@ def build_preview(
     if kind not in TEXT_KINDS or sample.size == 0:
         return None
     if kind in (FileKind.CSV, FileKind.TSV):
-        table = table_preview(kind, path, sample, digest, preview_rows=preview_rows)
+        table = table_preview(kind, opener, sample, digest, preview_rows=preview_rows)
         if table is not None:
             return table
     if kind is FileKind.JSON:
-        return json_preview(path, sample, head_chars=max(preview_chars // 4, 1))
+        return json_preview(opener, sample, head_chars=max(preview_chars // 4, 1))
     return text_preview(sample, digest, preview_chars=preview_chars)
 
 
@@ -135,7 +137,7 @@ def text_preview(sample: FileSample, digest: FileDigest, *, preview_chars: int) 
 
 
 def table_preview(
-    kind: FileKind, path: Path, sample: FileSample, digest: FileDigest, *, preview_rows: int
+    kind: FileKind, opener: Opener, sample: FileSample, digest: FileDigest, *, preview_rows: int
 ) -> TablePreview | None:
     """Header, first records and counts; None when the sample does not parse as delimited text."""
     text = decode_head(sample.head, final=sample.whole)
@@ -154,7 +156,7 @@ def table_preview(
     if not header:
         return None
     if row_count is None and sample.size <= EXACT_ROW_COUNT_BYTES:
-        row_count = _count_records(path, delimiter)
+        row_count = _count_records(opener, delimiter)
     exact = row_count is not None
     if row_count is None:
         row_count = max(_line_count(sample, digest) - 1, 0)
@@ -168,12 +170,12 @@ def table_preview(
     )
 
 
-def json_preview(path: Path, sample: FileSample, *, head_chars: int) -> JsonPreview:
+def json_preview(opener: Opener, sample: FileSample, *, head_chars: int) -> JsonPreview:
     head_text = decode_head(sample.head, final=sample.whole) or ""
     head = head_text[:head_chars]
     if sample.size > JSON_PARSE_BYTES:
         return JsonPreview(_top_level_from_text(head_text), None, (), False, None, head)
-    text = head_text if sample.whole else path.read_text(encoding="utf-8-sig", errors="replace")
+    text = head_text if sample.whole else _read_text(opener, JSON_PARSE_BYTES)
     try:
         value = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -191,9 +193,14 @@ def _records(reader: Iterable[list[str]]) -> Iterator[list[str]]:
     return iter(row for row in reader if row)
 
 
-def _count_records(path: Path, delimiter: str) -> int | None:
+def _read_text(opener: Opener, limit: int) -> str:
+    with opener() as f:
+        return f.read(limit).decode("utf-8-sig", errors="replace")
+
+
+def _count_records(opener: Opener, delimiter: str) -> int | None:
     try:
-        with path.open(encoding="utf-8-sig", newline="") as f:
+        with opener() as raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as f:
             return max(sum(1 for _ in _records(csv.reader(f, delimiter=delimiter))) - 1, 0)
     except (csv.Error, UnicodeDecodeError, OSError):
         return None

@@ -1,32 +1,47 @@
-"""Listing the regular files of a workspace safely.
+"""Listing the regular files of a workspace safely (see :mod:`fleet_rlm.workspace.tree`).
 
-Symlinked directories are not descended into, a symlink whose target lies outside the workspace is
-skipped (its content must never reach a prompt or a download), and FIFOs, sockets and devices are
-skipped (opening a FIFO would block). Files that vanish while we look are skipped too: the sandbox
-may be writing while a manifest is built.
+Links are never followed and FIFOs, sockets and devices never opened: they are skipped, and the
+tree remembers them so the person can be told. Files that vanish while we look are skipped too:
+the sandbox may be writing while a manifest is built.
 """
 
 from __future__ import annotations
 
+import io
 import os
-import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet_rlm.workspace.layout import LAYOUT, TMP, Workspace
-from fleet_rlm.workspace.paths import PathEscapeError, resolve_inside
+from fleet_rlm.workspace.tree import SafeTree, TreeEntry
+
+
+class FileChanged(OSError):
+    """The file at a path is no longer the one that was listed."""
 
 
 @dataclass(frozen=True)
 class WorkspaceFile:
     rel: str
     """Relative to the workspace root with ``/`` separators, e.g. ``"files/sales.csv"``."""
-    path: Path
-    """Absolute and symlink-resolved: where the bytes really are (inside the workspace)."""
     size: int
     mtime_ns: int
     inode: int
+    tree: SafeTree = field(compare=False, repr=False)
+
+    def open(self) -> io.BufferedReader:
+        """The listed file, opened without following links; FileChanged if another file took its place."""
+        handle = self.tree.open(self.rel)
+        if os.fstat(handle.fileno()).st_ino != self.inode:
+            handle.close()
+            raise FileChanged(f"{self.rel} changed while it was read")
+        return handle
+
+    @property
+    def identity(self) -> tuple[str, int, int, int]:
+        """What names this version of the file: its place, size, modification time and inode."""
+        return (f"{self.tree.root}/{self.rel}", self.size, self.mtime_ns, self.inode)
 
 
 def workspace_root(workspace: Workspace | Path) -> Path:
@@ -34,25 +49,8 @@ def workspace_root(workspace: Workspace | Path) -> Path:
     return root.resolve()
 
 
-def list_rel_paths(root: Path, under: str | None = None, skip_top: frozenset[str] = frozenset({TMP})) -> list[str]:
-    """Every file-like entry below ``root`` (or ``root/under``), as sorted relative paths.
-
-    Sorted with the layout's directories first in layout order (inputs before outputs), then other
-    top-level entries; within a directory, by name. Nothing is opened or stat'ed beyond listing.
-    """
-    start = root / under if under else root
-    if not start.is_dir() or start.is_symlink():
-        return []
-    found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
-        rel_dir = Path(dirpath).relative_to(root).as_posix()
-        if rel_dir == ".":
-            dirnames[:] = [d for d in dirnames if d not in skip_top]
-            rel_dir = ""
-        # Symlinked directories are neither walked nor listed.
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-        found.extend(f"{rel_dir}/{name}" if rel_dir else name for name in filenames)
-    return sorted(found, key=_layout_order)
+def tree_of(workspace: Workspace | Path | SafeTree) -> SafeTree:
+    return workspace if isinstance(workspace, SafeTree) else SafeTree(workspace_root(workspace))
 
 
 def _layout_order(rel: str) -> tuple[int, str]:
@@ -61,22 +59,21 @@ def _layout_order(rel: str) -> tuple[int, str]:
     return rank, rel
 
 
-def stat_file(root: Path, rel: str) -> WorkspaceFile | None:
-    """``rel``'s facts if it is a regular file whose real location is inside ``root``, else None."""
-    try:
-        real = resolve_inside(root, rel)
-        info = os.stat(real)
-    except (PathEscapeError, OSError):
-        return None
-    if not stat.S_ISREG(info.st_mode):
-        return None
-    return WorkspaceFile(rel=rel, path=real, size=info.st_size, mtime_ns=info.st_mtime_ns, inode=info.st_ino)
+def iter_files(workspace: Workspace | Path | SafeTree, under: str | None = None) -> Iterator[WorkspaceFile]:
+    """The workspace's regular files (``tmp/`` excluded), the layout's directories first in layout
+    order (inputs before outputs), then other top-level entries; within a directory, by name."""
+    tree = tree_of(workspace)
+    entries = tree.walk(under, skip_top=frozenset({TMP}))
+    for entry in sorted(entries, key=lambda e: _layout_order(e.rel)):
+        yield _file(tree, entry)
 
 
-def iter_files(workspace: Workspace | Path, under: str | None = None) -> Iterator[WorkspaceFile]:
-    """The workspace's regular files (``tmp/`` excluded), in :func:`list_rel_paths` order."""
-    root = workspace_root(workspace)
-    for rel in list_rel_paths(root, under):
-        found = stat_file(root, rel)
-        if found is not None:
-            yield found
+def stat_file(workspace: Workspace | Path | SafeTree, rel: str) -> WorkspaceFile | None:
+    """``rel``'s facts if it is a regular file reached without links, else None."""
+    tree = tree_of(workspace)
+    entry = tree.entry(rel)
+    return _file(tree, entry) if entry is not None else None
+
+
+def _file(tree: SafeTree, entry: TreeEntry) -> WorkspaceFile:
+    return WorkspaceFile(rel=entry.rel, size=entry.size, mtime_ns=entry.mtime_ns, inode=entry.inode, tree=tree)

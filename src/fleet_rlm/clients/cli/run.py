@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
@@ -12,9 +13,14 @@ from rich.console import Console
 from fleet_rlm.clients.cli.render import EventRenderer, json_line
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.events import Event, new_id
-from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn
+from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn, default_backend
 from fleet_rlm.logs import log_to_file
+from fleet_rlm.processes import pid_alive
+from fleet_rlm.sandbox.base import SandboxLimits
+from fleet_rlm.sandbox.volume import remove_volume_directory
 from fleet_rlm.workspace.layout import Workspace
+from fleet_rlm.workspace.mirror import Mirror
+from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 
 EXIT_FAILED = 1
 EXIT_CANCELLED = 130
@@ -38,10 +44,15 @@ def run_local(
     context_paths: list[str],
     mode: str | None,
 ) -> int:
-    """Run one turn in this process; returns the exit code."""
+    """Run one turn in this process; returns the exit code.
+
+    The turn runs on a copy of the workspace in a volume of the sandbox's own (bounded in bytes and
+    files where the host can); when it has ended and its sandboxes are gone, what it changed is
+    copied back, owned by whoever runs ``fleet run``.
+    """
     log_to_file(settings)
     turn_id = new_id("turn")
-    workspace = prepare_workspace(settings, workspace_dir, files, turn_id)
+    home = prepare_workspace(settings, workspace_dir, files, turn_id)
     console = Console(highlight=False)
     renderer = EventRenderer(console)
 
@@ -51,12 +62,34 @@ def run_local(
         else:
             renderer.render(event)
 
-    request = TurnRequest(task=task, workspace=workspace.root, turn_id=turn_id, context_paths=context_paths, mode=mode)
-    turn = build_turn(settings, request, sink)
-    outcome = asyncio.run(_run_with_ctrl_c(turn.run(), turn.cancel))
+    backend = default_backend(settings)
+    reap_stale_runs(settings.runs_dir)
+    volume = backend.workspace_volume(
+        settings.runs_dir / f"{os.getpid()}-{turn_id}", SandboxLimits.from_settings(settings)
+    )
+    try:
+        live = Workspace.create(volume.workspace, mode=SHARED_DIR_MODE)
+        mirror = Mirror(home.tree, live.tree)
+        mirror.copy_in()
+        request = TurnRequest(task=task, workspace=live.root, turn_id=turn_id, context_paths=context_paths, mode=mode)
+        turn = build_turn(settings, request, sink, backend=backend)
+        outcome = asyncio.run(_run_with_ctrl_c(turn.run(), turn.cancel))
+        mirror.copy_back()
+    finally:
+        volume.release()
     if not as_json:
-        console.print(f"[dim]workspace: {workspace.root}[/dim]")
+        console.print(f"[dim]workspace: {home.root}[/dim]")
     return exit_code(outcome)
+
+
+def reap_stale_runs(runs_dir: Path) -> None:
+    """Remove the volumes of ``fleet run`` processes that died without cleaning up."""
+    if not runs_dir.is_dir():
+        return
+    for directory in runs_dir.iterdir():
+        pid = directory.name.split("-", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            remove_volume_directory(directory)
 
 
 async def _run_with_ctrl_c(run: object, cancel: object) -> TurnOutcome:

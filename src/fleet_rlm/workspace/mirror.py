@@ -1,0 +1,57 @@
+"""Copying a workspace into a sandbox's volume and what the turn left there back out.
+
+Both directions go through :class:`~fleet_rlm.workspace.tree.SafeTree`: only regular files are
+copied, links and special files are skipped (and remembered by the source tree), and nothing is
+written through a link. ``tmp/`` never travels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fleet_rlm.workspace.layout import TMP
+from fleet_rlm.workspace.tree import SHARED_FILE_MODE, SafeTree, Skipped, UnsafeEntry
+
+Facts = tuple[int, int]
+"""(size, mtime_ns) of a copied file."""
+
+
+@dataclass
+class Mirror:
+    """A copy of ``home`` in ``live`` that can be brought back once the sandboxes are gone."""
+
+    home: SafeTree
+    live: SafeTree
+    copied: dict[str, Facts] = field(default_factory=dict)
+    """What was copied in, as it stood in ``live`` right after the copy."""
+
+    def copy_in(self) -> None:
+        for entry in self.home.walk(skip_top=frozenset({TMP})):
+            try:
+                self.live.copy_from(self.home, entry.rel, entry.rel, mode=SHARED_FILE_MODE)
+            except UnsafeEntry as exc:  # replaced by a link or a special file since it was listed
+                self.home.skipped.append(Skipped(exc.rel, exc.what))
+                continue
+            copied = self.live.entry(entry.rel)
+            if copied is not None:
+                self.copied[entry.rel] = (copied.size, copied.mtime_ns)
+
+    def copy_back(self, *, mode: int = 0o644, dir_mode: int = 0o755) -> list[str]:
+        """Bring new and changed files home and remove there what the turn deleted; returns the
+        paths written. Call it only once no sandbox runs on ``live``."""
+        written: list[str] = []
+        seen: set[str] = set()
+        for entry in self.live.walk(skip_top=frozenset({TMP})):
+            seen.add(entry.rel)
+            if self.copied.get(entry.rel) == (entry.size, entry.mtime_ns):
+                continue
+            try:
+                with self.live.open(entry.rel) as handle:
+                    self.home.write(entry.rel, handle, mode=mode, dir_mode=dir_mode)
+            except (UnsafeEntry, IsADirectoryError):
+                continue
+            written.append(entry.rel)
+        for rel in self.copied:
+            if rel not in seen:
+                self.home.remove(rel)
+        return written
