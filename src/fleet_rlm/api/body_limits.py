@@ -1,14 +1,20 @@
 """Every request body is bounded while it streams in.
 
-A declared ``Content-Length`` over the limit is refused before a byte is read; a body without one
+A declared ``Content-Length`` over the limit is refused before the route runs; a body without one
 (chunked) is counted as it arrives and cut off at the limit: the route stops reading, the client gets
-413 with ``Connection: close`` and the rest is never read, spooled or stored. Uploads and session
-imports have their own (larger) limits; every other body is JSON and gets ``json_body_limit_kb``.
+413 with ``Connection: close`` and the rest is never spooled or stored. Uploads and session imports
+have their own (larger) limits; every other body is JSON and gets ``json_body_limit_kb``.
+
+Before answering, at most :data:`DRAIN_BYTES` more of the body are read and dropped (for at most
+:data:`DRAIN_SECONDS`): a client a little over the limit is usually still sending, and closing on
+unread bytes resets the connection, so it would see "connection reset" instead of the 413.
 Starlette's and FastAPI's own body limits answer in plain text on some paths, hence this one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +27,8 @@ from fleet_rlm.api.errors import error_response
 from fleet_rlm.config import Settings
 
 MIB = 1024 * 1024
+DRAIN_BYTES = MIB
+DRAIN_SECONDS = 2.0
 MULTIPART_OVERHEAD = 64 * 1024
 """Allowance for the headers and boundaries around an upload's file part."""
 CLOSE = {"Connection": "close"}
@@ -75,6 +83,18 @@ def route_limits(settings: Settings, prefix: str) -> LimitFor:
     return limit_for
 
 
+async def _drain(receive: Receive, more_body: bool) -> None:
+    drained = 0
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            while more_body and drained <= DRAIN_BYTES:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return
+                drained += len(message.get("body", b""))
+                more_body = bool(message.get("more_body", False))
+
+
 class BodyLimitMiddleware:
     def __init__(self, app: ASGIApp, limit_for: LimitFor) -> None:
         self.app = app
@@ -85,8 +105,12 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self.limit_for(scope["method"], scope["path"])
-        declared = Headers(scope=scope).get("content-length", "")
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit.size:
+            waits_for_go_ahead = headers.get("expect", "").lower() == "100-continue"
+            if int(declared) <= limit.size + DRAIN_BYTES and not waits_for_go_ahead:
+                await _drain(receive, more_body=True)
             await error_response(413, limit.code, limit.message, CLOSE)(scope, receive, send)
             return
         received = 0
@@ -98,6 +122,7 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit.size:
+                    await _drain(receive, bool(message.get("more_body", False)))
                     raise BodyTooLarge(limit)
             return message
 

@@ -26,7 +26,7 @@ Rules every route shares (see docs/api.md and docs/security.md):
   browser's EventSource uses a stream ticket (`POST /api/v1/turns/{turn_id}/events/ticket`).
 - **Bodies** are bounded while they stream: JSON bodies by `FLEET_JSON_BODY_LIMIT_KB`, uploads by
   `FLEET_UPLOAD_LIMIT_MB`, archives by `FLEET_IMPORT_LIMIT_MB`; past the limit, 413 with
-  `Connection: close`, and the rest is never read.
+  `Connection: close` (at most 1 MiB more is read and dropped first, so the client can read it).
 """
 
 

@@ -19,7 +19,10 @@ log = logging.getLogger(__name__)
 Responses = dict[int | str, dict[str, Any]]
 """The type of FastAPI's ``responses=`` (documented error bodies)."""
 CONNECTION_CLOSE = {
-    "Connection": {"schema": {"type": "string"}, "description": "close: the rest of the body is not read"}
+    "Connection": {
+        "schema": {"type": "string"},
+        "description": "close: the rest of the body (past 1 MiB more) is not read",
+    }
 }
 """The header of a 413: the server stops reading the body and closes the connection."""
 
