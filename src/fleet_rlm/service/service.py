@@ -293,11 +293,13 @@ class FleetService:
         return await self.store.list_turns(session.id, after=after, limit=limit)
 
     async def cancel_turn(self, turn_id: str) -> TurnRecord:
+        turn = await self.store.get_turn(turn_id)
         execution = self.executions.get(turn_id)
-        if execution is not None:
+        # A turn's end is committed before its terminal event is sent, but its execution is
+        # forgotten only a moment later: the stored status decides.
+        if execution is not None and turn.active:
             execution.cancel()
             return await self.store.get_turn(turn_id)
-        turn = await self.store.get_turn(turn_id)
         if turn.active:
             raise Conflict(f"turn {turn_id} is run by another server process ({turn.runner})", code="turn_elsewhere")
         raise Conflict(f"turn {turn_id} already ended as {turn.status}", code="turn_not_active")
