@@ -137,6 +137,12 @@ class TurnPage(BaseModel):
     next_after: int | None = Field(None, description="Pass as ?after= for the next page; null at the end.")
 
 
+class StreamTicket(BaseModel):
+    ticket: str = Field(description="Pass as ?ticket= on the event stream; good once, until expires_at.")
+    expires_at: dt.datetime
+    url: str = Field(description="The event stream's path with the ticket, ready for EventSource.")
+
+
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
     version: str
