@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 from dspy.primitives.code_interpreter import CodeInterpreterError
 
+from fleet_rlm.api.server import server_settings
+from fleet_rlm.config import Settings
+from fleet_rlm.engine.turn import default_backend
 from fleet_rlm.sandbox import cgroups
 from fleet_rlm.sandbox.base import SandboxLimits, SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.local import LocalSandboxBackend
@@ -271,3 +274,14 @@ def test_require_limits_refuses_a_sandbox_that_cannot_be_bounded(workspace: Path
     strong = LocalSandboxBackend(require_limits=True)
     needs(strong, "memory cgroup", "process-count cgroup", "sized /tmp", "CPU time", "seccomp")
     assert start(strong, workspace, made).execute("print('bounded')") == "bounded"
+
+
+def test_a_server_requires_limits_unless_told_otherwise_and_fleet_run_does_not(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    assert settings.sandbox_require_limits is None
+    run_backend = default_backend(settings)
+    served_backend = default_backend(server_settings(settings))
+    told_off = default_backend(server_settings(settings.model_copy(update={"sandbox_require_limits": False})))
+    assert isinstance(run_backend, LocalSandboxBackend) and run_backend.require_limits is False
+    assert isinstance(served_backend, LocalSandboxBackend) and served_backend.require_limits is True
+    assert isinstance(told_off, LocalSandboxBackend) and told_off.require_limits is False
