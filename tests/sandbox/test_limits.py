@@ -84,7 +84,7 @@ def test_this_machine_enforces_every_protection(backend: LocalSandboxBackend) ->
         "seccomp",
         "disk quota",
     ]
-    needs(backend, "memory cgroup", "process-count cgroup", "sized /tmp", "CPU time", "seccomp")
+    needs(backend, "memory cgroup", "process-count cgroup", "sized /tmp", "CPU time", "seccomp", "disk quota")
     assert "512 MB for all processes and /tmp together" in rows[0].reason
 
 
@@ -236,7 +236,7 @@ def _execute_into(sandbox: LocalSandbox, code: str, errors: list[BaseException])
         errors.append(exc)
 
 
-def test_what_a_dead_host_left_is_reaped(backend: LocalSandboxBackend, tmp_path: Path) -> None:
+def test_what_a_dead_host_left_is_reaped(backend: LocalSandboxBackend, workspace: Path) -> None:
     """A host killed outright leaves its sandbox cgroups and /tmp mount; a later start-up removes them."""
     needs(backend, "memory cgroup", "sized /tmp")
     host = (
@@ -250,7 +250,7 @@ def test_what_a_dead_host_left_is_reaped(backend: LocalSandboxBackend, tmp_path:
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     process = subprocess.Popen(
-        [sys.executable, "-c", host, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", host, str(workspace)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     out, err = process.communicate(timeout=60)
     assert "started" in out, err

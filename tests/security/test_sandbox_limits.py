@@ -16,9 +16,9 @@ import pytest
 
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.sandbox.protections import leftovers_of
+from fleet_rlm.testing.cli import FLEET, json_events, scripted_env
 from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
-from ..clients.test_cli_run import FLEET, model_env
 from ..sandbox.limits_probes import FILL_TMP_WITH_1GB, FORK_BOMB_COUNT, FOUR_BIG_PROCESSES, FOUR_SPINNERS, SYSCALL_PROBE
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="whole-sandbox limits are enforced when the host is root")
@@ -43,7 +43,7 @@ class Run:
     def __init__(self, process: subprocess.Popen[str], stdout: str, stderr: str) -> None:
         self.pid = process.pid
         self.returncode = process.returncode
-        self.events: list[dict[str, Any]] = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+        self.events = json_events(stdout)
         self.stderr = stderr
 
     def of_type(self, kind: str) -> list[dict[str, Any]]:
@@ -74,7 +74,7 @@ def test_memory_is_bounded_for_all_processes_together(model_server: ScriptedMode
         rlm_step("Hold 1.6 GB in four processes.", FOUR_BIG_PROCESSES),
         rlm_step("Report.", "SUBMIT(answer='carried on')"),
     )
-    run = fleet_run("Use memory", tmp_path, {**model_env(model_server), "FLEET_SANDBOX_MEMORY_MB": "512"})
+    run = fleet_run("Use memory", tmp_path, scripted_env(model_server, sandbox_memory_mb="512"))
     assert run.returncode == 0, run.stderr
     notice = "the sandbox: its processes and /tmp together reached the memory limit of 512 MB"
     assert any(notice in event["data"]["message"] for event in run.of_type("warning"))  # the person sees it
@@ -86,7 +86,7 @@ def test_memory_is_bounded_for_all_processes_together(model_server: ScriptedMode
 def test_tmp_cannot_hold_more_than_the_memory_limit(model_server: ScriptedModelServer, tmp_path: Path) -> None:
     needs("memory cgroup", "sized /tmp")
     model_server.script("root", rlm_step("Fill /tmp.", FILL_TMP_WITH_1GB), rlm_step("Report.", "SUBMIT(answer='x')"))
-    run = fleet_run("Fill /tmp", tmp_path, {**model_env(model_server), "FLEET_SANDBOX_MEMORY_MB": "512"})
+    run = fleet_run("Fill /tmp", tmp_path, scripted_env(model_server, sandbox_memory_mb="512"))
     assert run.returncode == 1
     assert run.failure.startswith("fleet: failed: sandbox failed:")
     assert "ran out of memory: its processes and /tmp together reached the 512 MB limit" in run.failure
@@ -97,7 +97,7 @@ def test_tmp_cannot_hold_more_than_the_memory_limit(model_server: ScriptedModelS
 def test_a_fork_bomb_is_contained(model_server: ScriptedModelServer, tmp_path: Path) -> None:
     needs("process-count cgroup")
     model_server.script("root", rlm_step("Fork.", FORK_BOMB_COUNT), rlm_step("Report.", "SUBMIT(answer=str(tasks))"))
-    run = fleet_run("Fork bomb", tmp_path, {**model_env(model_server), "FLEET_SANDBOX_MAX_PROCESSES": "24"})
+    run = fleet_run("Fork bomb", tmp_path, scripted_env(model_server, sandbox_max_processes="24"))
     assert run.returncode == 0, run.stderr
     assert run.events[-1]["type"] == "turn.completed"
     assert int(run.events[-1]["data"]["answer"]) <= 24 + 1  # plus bubblewrap's init, pid 1 of the sandbox
@@ -107,7 +107,7 @@ def test_a_fork_bomb_is_contained(model_server: ScriptedModelServer, tmp_path: P
 def test_cpu_time_is_bounded_for_all_processes_together(model_server: ScriptedModelServer, tmp_path: Path) -> None:
     needs("CPU time")
     model_server.script("root", rlm_step("Spin.", FOUR_SPINNERS), rlm_step("Report.", "SUBMIT(answer='x')"))
-    env = {**model_env(model_server), "FLEET_SANDBOX_CPU_SECONDS": "3"}
+    env = scripted_env(model_server, sandbox_cpu_seconds="3")
     started = time.monotonic()
     run = fleet_run("Spin", tmp_path, env)
     assert run.returncode == 1
@@ -119,7 +119,7 @@ def test_cpu_time_is_bounded_for_all_processes_together(model_server: ScriptedMo
 def test_escape_system_calls_fail_with_eperm(model_server: ScriptedModelServer, tmp_path: Path) -> None:
     needs("seccomp")
     model_server.script("root", rlm_step("Probe.", SYSCALL_PROBE + "\nSUBMIT(answer=json.dumps(found))"))
-    run = fleet_run("Probe the kernel", tmp_path, model_env(model_server))
+    run = fleet_run("Probe the kernel", tmp_path, scripted_env(model_server))
     assert run.returncode == 0, run.stderr
     found = json.loads(run.events[-1]["data"]["answer"])
     expected = [
@@ -146,7 +146,7 @@ def test_nothing_is_left_when_the_turn_is_cut_short(model_server: ScriptedModelS
     process = subprocess.Popen(
         [*FLEET, "run", "Wait", "--json", "--timeout", "3"],
         cwd=tmp_path,
-        env=environment(tmp_path, model_env(model_server)),
+        env=environment(tmp_path, scripted_env(model_server)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -167,7 +167,7 @@ def test_what_a_killed_host_left_is_reaped_by_the_next_run(model_server: Scripte
     killed = subprocess.Popen(
         [*FLEET, "run", "Wait", "--json"],
         cwd=tmp_path,
-        env=environment(tmp_path, model_env(model_server)),
+        env=environment(tmp_path, scripted_env(model_server)),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -183,6 +183,6 @@ def test_what_a_killed_host_left_is_reaped_by_the_next_run(model_server: Scripte
     assert any(path.is_relative_to("/sys/fs/cgroup") for path in left) and any(path.name == "tmp" for path in left)
 
     model_server.script("root", rlm_step("Answer.", "SUBMIT(answer='fresh')"))
-    run = fleet_run("Next", tmp_path, model_env(model_server))
+    run = fleet_run("Next", tmp_path, scripted_env(model_server))
     assert run.returncode == 0, run.stderr
     assert leftovers_of(killed.pid) == []

@@ -37,7 +37,10 @@ INSTALL_FIX = (
     "install bubblewrap: apt-get install bubblewrap (or dnf install bubblewrap, pacman -S bubblewrap); "
     "or set FLEET_SANDBOX_ALLOW_UNISOLATED=true to run code WITHOUT isolation"
 )
-LIMITS_FIX = "run Fleet as root with writable cgroups and libseccomp2 installed; `fleet doctor` names what is missing"
+LIMITS_FIX = (
+    "run Fleet as root with writable cgroups, libseccomp2, loop devices and e2fsprogs (docs/security.md); "
+    "or set FLEET_SANDBOX_REQUIRE_LIMITS=false to run sandboxes without the missing bounds"
+)
 # What the probe in check() may find in the sandbox's environment.
 SANDBOX_ENVIRONMENT = frozenset(
     {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PWD"}

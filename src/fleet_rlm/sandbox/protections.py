@@ -23,6 +23,7 @@ from fleet_rlm.sandbox.base import SandboxLimits
 from fleet_rlm.sandbox.cgroups import CgroupLayout, SandboxCgroups
 from fleet_rlm.sandbox.scratch import SizedTmp
 from fleet_rlm.sandbox.seccomp import SeccompFilter, SeccompUnavailable, sandbox_filter
+from fleet_rlm.sandbox.volume import quota_support
 
 log = logging.getLogger(__name__)
 MB = 1024 * 1024
@@ -47,7 +48,6 @@ class Protection:
     name: str
     enforced: bool
     reason: str
-    required: bool = True  # whether sandbox_require_limits insists on it
 
 
 @dataclass(frozen=True)
@@ -144,25 +144,28 @@ def protections_report(machine: MachineProtections, limits: SandboxLimits) -> li
             f"{limits.cpu_seconds}s for all processes together",
         ),
         _seccomp_row(machine),
-        disk_quota_protection(limits),
+        disk_quota_protection(machine, limits),
     ]
     return rows
 
 
-def disk_quota_protection(limits: SandboxLimits) -> Protection:
-    """The "disk quota" row. HOOK for ``sandbox/volume.py`` (the disk-quota workspace volume): make
-    this row report the volume's own probe, and set ``required`` once it enforces the quota."""
+def disk_quota_protection(machine: MachineProtections, limits: SandboxLimits) -> Protection:
+    """The "disk quota" row: the workspace volume's own probe (``sandbox/volume.py``)."""
+    if not machine.isolated:
+        return Protection("disk quota", False, "no bubblewrap: the workspace is a plain host directory")
+    support = quota_support()
+    if not support.available:
+        return Protection("disk quota", False, support.reason)
     return Protection(
         "disk quota",
-        False,
-        f"no workspace quota yet: each file is capped at {limits.max_file_size_mb} MB, the workspace "
-        "only by the host's disk",
-        required=False,
+        True,
+        f"{limits.disk_mb} MB and {limits.max_files} files per workspace for all processes together "
+        "(a loop-mounted ext4 volume)",
     )
 
 
 def missing_protections(rows: list[Protection]) -> list[Protection]:
-    return [row for row in rows if row.required and not row.enforced]
+    return [row for row in rows if not row.enforced]
 
 
 def refusal(rows: list[Protection]) -> str | None:

@@ -59,10 +59,9 @@ def check_limits(settings: Settings) -> list[Check]:
             checks.append(Check(name, True, f"enforced: {row.reason}"))
             continue
         detail = f"missing: {row.reason}"
-        if row.required and required is None:
+        if required is None:
             detail += " (`fleet serve` refuses sandboxes until it is enforced)"
-        fails = bool(required) and row.required
-        checks.append(Check(name, not fails, detail, LIMITS_FIX if row.required else None, warn=not fails))
+        checks.append(Check(name, not required, detail, LIMITS_FIX, warn=not required))
     return checks
 
 
