@@ -82,6 +82,7 @@ def run(repeats: int, breakdown: bool) -> str:
     cold: dict[str, list[float]] = {name: [] for name in backends}
     teardown: dict[str, list[float]] = {name: [] for name in backends}
     with tempfile.TemporaryDirectory(prefix="fleet-limits-bench-") as scratch:
+        os.chmod(scratch, 0o777)  # the sandbox runs as a uid of its own, and the host chowns nothing
         workspace = Path(scratch)
         for backend in backends.values():  # detection, page cache, bytecode caches
             cold_and_teardown(backend, workspace)

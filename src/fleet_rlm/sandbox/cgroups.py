@@ -214,6 +214,7 @@ class SandboxCgroups:
         self.name = name
         self.dirs = {hierarchy: hierarchy.parent / name for hierarchy in layout.hierarchies}
         self._procs_fds: list[int] = []
+        self._readers: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def create(self, memory_bytes: int, max_tasks: int) -> None:
@@ -227,6 +228,7 @@ class SandboxCgroups:
                 _write(self.dirs[self.layout.pids] / "pids.max", str(max_tasks))
             for directory in self.dirs.values():
                 self._procs_fds.append(os.open(directory / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+            self._open_readers()
         except OSError:
             self.remove()
             raise
@@ -252,36 +254,53 @@ class SandboxCgroups:
         for fd in fds:
             os.close(fd)
 
-    # -- readings --------------------------------------------------------------------------------
+    # -- readings (through descriptors opened at creation: a pread, not an open, per reading) -----
+
+    def _open_readers(self) -> None:
+        wanted = {
+            CPU: (self.layout.cpu, "cpu.stat" if self.layout.cpu and self.layout.cpu.version == 2 else "cpuacct.usage"),
+            MEMORY: (
+                self.layout.memory,
+                "memory.events" if self.layout.memory and self.layout.memory.version == 2 else "memory.oom_control",
+            ),
+            PIDS: (self.layout.pids, "pids.events"),
+        }
+        for function, (hierarchy, name) in wanted.items():
+            if hierarchy is not None:
+                self._readers[function] = os.open(self.dirs[hierarchy] / name, os.O_RDONLY | os.O_CLOEXEC)
+
+    def _reading(self, function: str) -> str | None:
+        fd = self._readers.get(function)
+        if fd is None:
+            return None
+        try:
+            return os.pread(fd, 4096, 0).decode()
+        except OSError:
+            return None
 
     def cpu_seconds(self) -> float | None:
         """CPU time used by every process of the sandbox so far (None when unknown)."""
-        hierarchy = self.layout.cpu
-        if hierarchy is None:
+        text = self._reading(CPU)
+        if text is None or self.layout.cpu is None:
             return None
-        directory = self.dirs[hierarchy]
-        with contextlib.suppress(OSError, ValueError):
-            if hierarchy.version == 2:
-                return _keyed(directory / "cpu.stat", "usage_usec") / 1e6
-            return int(_read(directory / "cpuacct.usage")) / 1e9
+        with contextlib.suppress(ValueError):
+            if self.layout.cpu.version == 2:
+                return _keyed(text, "usage_usec") / 1e6
+            return int(text) / 1e9
         return None
 
     def oom_kills(self) -> int:
         """Processes the kernel killed because the sandbox reached its memory limit."""
-        hierarchy = self.layout.memory
-        if hierarchy is None:
-            return 0
-        name = "memory.events" if hierarchy.version == 2 else "memory.oom_control"
-        with contextlib.suppress(OSError, ValueError):
-            return _keyed(self.dirs[hierarchy] / name, "oom_kill")
+        text = self._reading(MEMORY)
+        with contextlib.suppress(ValueError):
+            return _keyed(text, "oom_kill") if text is not None else 0
         return 0
 
     def task_refusals(self) -> int:
         """Forks and thread starts refused because the sandbox reached its process-count limit."""
-        if self.layout.pids is None:
-            return 0
-        with contextlib.suppress(OSError, ValueError):
-            return _keyed(self.dirs[self.layout.pids] / "pids.events", "max")
+        text = self._reading(PIDS)
+        with contextlib.suppress(ValueError):
+            return _keyed(text, "max") if text is not None else 0
         return 0
 
     # -- ending ----------------------------------------------------------------------------------
@@ -323,6 +342,9 @@ class SandboxCgroups:
     def remove(self) -> list[str]:
         """Remove the cgroups (they must be empty); returns what could not be removed."""
         self.close_fds()
+        readers, self._readers = self._readers, {}
+        for fd in readers.values():
+            os.close(fd)
         left = []
         for directory in self.dirs.values():
             deadline = time.monotonic() + REMOVE_TIMEOUT
@@ -371,12 +393,12 @@ def _write(path: Path, value: str) -> None:
         os.close(fd)
 
 
-def _keyed(path: Path, key: str) -> int:
-    for line in _read(path).splitlines():
+def _keyed(text: str, key: str) -> int:
+    for line in text.splitlines():
         name, _, value = line.partition(" ")
         if name == key:
             return int(value)
-    raise ValueError(f"{path} has no {key}")
+    raise ValueError(f"no {key} in {text!r}")
 
 
 def _members(directory: Path) -> list[int]:
