@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet_rlm.sandbox.base import SandboxLimits
-from fleet_rlm.sandbox.protections import MachineProtections, SandboxGuard
+from fleet_rlm.sandbox.guard import SandboxGuard
+from fleet_rlm.sandbox.protections import MachineProtections
 
 WORKSPACE_MOUNT = "/workspace"
 WORKER_MOUNT = "/opt/fleet/worker.py"
