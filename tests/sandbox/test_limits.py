@@ -285,3 +285,17 @@ def test_a_server_requires_limits_unless_told_otherwise_and_fleet_run_does_not(t
     assert isinstance(run_backend, LocalSandboxBackend) and run_backend.require_limits is False
     assert isinstance(served_backend, LocalSandboxBackend) and served_backend.require_limits is True
     assert isinstance(told_off, LocalSandboxBackend) and told_off.require_limits is False
+
+
+def test_where_the_host_cannot_mount_bubblewrap_caps_tmp_itself(
+    workspace: Path, tmp_path: Path, made: list[LocalSandbox]
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    backend = LocalSandboxBackend(protections=ProtectionOptions(state_root=blocker / "sandboxes"))
+    row = {row.name: row for row in backend.protections_report(SandboxLimits(memory_mb=300))}["sized /tmp"]
+    if not row.enforced:
+        pytest.skip(f"this bubblewrap cannot size its tmpfs: {row.reason}")
+    assert "bubblewrap mounts (host cannot:" in row.reason
+    sandbox = start(backend, workspace, made, memory_mb=300)
+    assert sandbox.execute("import os\ns = os.statvfs('/tmp')\nprint(s.f_blocks * s.f_frsize // 2**20)") == "300"
