@@ -118,6 +118,11 @@ class Settings(BaseSettings):
         10_240, gt=0, description="MiB a sandbox's workspace volume holds, inputs included (a sparse image)."
     )
     sandbox_max_files: int = Field(100_000, ge=1000, description="Files and directories a workspace volume holds.")
+    sandbox_require_limits: bool | None = Field(
+        None,
+        description="Refuse sandboxes whose whole-sandbox limits (memory and process cgroups, sized /tmp, "
+        "CPU time, seccomp) cannot be enforced here; unset: on for `fleet serve`, off for `fleet run`.",
+    )
 
     # Routing.
     mode: Mode = Field("hybrid", description="Route choice: hybrid (triage per turn), rlm, flex or direct.")

@@ -29,10 +29,18 @@ def check_bind(settings: Settings, host: str) -> None:
         )
 
 
+def server_settings(settings: Settings) -> Settings:
+    """A server refuses sandboxes it cannot bound unless sandbox_require_limits is set false."""
+    if settings.sandbox_require_limits is None:
+        return settings.model_copy(update={"sandbox_require_limits": True})
+    return settings
+
+
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
     host = host or settings.server_host
     port = port or settings.server_port
     check_bind(settings, host)
+    settings = server_settings(settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not is_loopback(host) and not settings.allowed_hosts:
         log.warning(

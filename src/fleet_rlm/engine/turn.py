@@ -88,7 +88,7 @@ class TurnOutcome:
 def default_backend(settings: Settings) -> SandboxBackend:
     from fleet_rlm.sandbox.local import LocalSandboxBackend
 
-    return LocalSandboxBackend(allow_unisolated=settings.sandbox_allow_unisolated)
+    return LocalSandboxBackend.from_settings(settings)
 
 
 class Turn:

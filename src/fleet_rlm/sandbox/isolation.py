@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet_rlm.sandbox.base import SandboxLimits
+from fleet_rlm.sandbox.guard import SandboxGuard
+from fleet_rlm.sandbox.protections import MachineProtections
 
 WORKSPACE_MOUNT = "/workspace"
 WORKER_MOUNT = "/opt/fleet/worker.py"
@@ -36,6 +38,7 @@ SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/et
 NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
 SANDBOX_UID_BASE = 200_000
 SANDBOX_UID_SPAN = 1_000_000
+BWRAP_TASKS = 2  # bubblewrap's own two processes, which share the sandbox's cgroups
 PIPE_SIZE = 1 << 20
 
 
@@ -124,10 +127,34 @@ class LaunchedWorker:
     stderr_fd: int
     uid: int | None = None
     release: Callable[[], None] = field(default_factory=lambda: _nothing)
+    guard: SandboxGuard | None = None  # the whole-sandbox limits; released (torn down) by ``release``
+
+    def kill_everything(self) -> None:
+        """SIGKILL every process of the sandbox, wherever it went (its cgroups hold them all)."""
+        if self.guard is not None:
+            self.guard.kill_all()
+
+    def limit_notice(self) -> str | None:
+        """What a whole-sandbox limit did since the last call (e.g. a process killed for memory)."""
+        return self.guard.notice() if self.guard is not None else None
+
+    def limit_reason(self) -> str | None:
+        """Why the sandbox died, when a whole-sandbox limit explains it."""
+        return self.guard.death_reason() if self.guard is not None else None
 
 
 def _nothing() -> None:
     return None
+
+
+def _then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    def both() -> None:
+        try:
+            first()
+        finally:
+            second()
+
+    return both
 
 
 class Launcher:
@@ -135,8 +162,46 @@ class Launcher:
 
     isolated = False
 
-    def __init__(self, runtime: PythonRuntime) -> None:
+    def __init__(self, runtime: PythonRuntime, protections: MachineProtections | None = None) -> None:
         self.runtime = runtime
+        self.protections = protections
+
+    def _guard(self, limits: SandboxLimits, overhead_tasks: int) -> SandboxGuard | None:
+        """The prepared whole-sandbox limits for one launch (None when none apply)."""
+        if self.protections is None:
+            return None
+        guard = self.protections.guard(limits, overhead_tasks)
+        guard.prepare()
+        return guard
+
+    def _launch_guarded(
+        self,
+        guard: SandboxGuard | None,
+        argv: list[str],
+        worker_args: list[str],
+        env: dict[str, str],
+        cwd: str,
+        preexec: Callable[[], None],
+    ) -> LaunchedWorker:
+        """Spawn with the guard's cgroups entered before exec; the guard is torn down if that fails."""
+        if guard is None:
+            return self._spawn(argv, worker_args, env, cwd, preexec)
+
+        sandbox = guard
+
+        def enter_then() -> None:
+            sandbox.enter()
+            preexec()
+
+        try:
+            launched = self._spawn(argv, worker_args, env, cwd, enter_then, guard.pass_fds)
+        except BaseException:
+            guard.teardown()
+            raise
+        guard.launched()
+        launched.guard = guard
+        launched.release = guard.teardown
+        return launched
 
     def launch(self, workspace: Path, limits: SandboxLimits) -> LaunchedWorker:
         raise NotImplementedError
@@ -160,6 +225,7 @@ class Launcher:
         env: dict[str, str],
         cwd: str,
         preexec: Callable[[], None],
+        pass_fds: tuple[int, ...] = (),
     ) -> LaunchedWorker:
         command_r, command_w = os.pipe()
         reply_r, reply_w = os.pipe()
@@ -175,7 +241,7 @@ class Launcher:
                 stdin=subprocess.DEVNULL,
                 stdout=stdout_w,
                 stderr=stderr_w,
-                pass_fds=(command_r, reply_w),
+                pass_fds=(command_r, reply_w, *pass_fds),
                 env=env,
                 cwd=cwd,
                 start_new_session=True,
@@ -199,7 +265,9 @@ class UnisolatedLauncher(Launcher):
         nproc = limits.max_processes + (user_task_count() if os.getuid() != 0 else 0)
         argv = [self.runtime.executable, "-I", str(WORKER_SOURCE)]
         worker_args = [*limit_arguments(limits), f"workdir={workspace}"]
-        return self._spawn(argv, worker_args, self.environment(str(workspace)), str(workspace), rlimits(limits, nproc))
+        guard = self._guard(limits, 0)
+        env = self.environment(str(workspace))
+        return self._launch_guarded(guard, argv, worker_args, env, str(workspace), rlimits(limits, nproc))
 
 
 class BubblewrapLauncher(Launcher):
@@ -207,8 +275,8 @@ class BubblewrapLauncher(Launcher):
 
     isolated = True
 
-    def __init__(self, runtime: PythonRuntime, bwrap: str) -> None:
-        super().__init__(runtime)
+    def __init__(self, runtime: PythonRuntime, bwrap: str, protections: MachineProtections | None = None) -> None:
+        super().__init__(runtime, protections)
         self.bwrap = bwrap
         self.privileged = os.getuid() == 0
 
@@ -221,19 +289,23 @@ class BubblewrapLauncher(Launcher):
             nproc = limits.max_processes
         else:
             nproc = limits.max_processes + user_task_count()
-        argv = [*self.bwrap_arguments(workspace), self.runtime.executable, "-I", WORKER_MOUNT]
+        guard: SandboxGuard | None = None
         try:
-            launched = self._spawn(argv, worker_args, {}, "/", rlimits(limits, nproc))
+            guard = self._guard(limits, BWRAP_TASKS)
+            argv = [*self.bwrap_arguments(workspace, guard), self.runtime.executable, "-I", WORKER_MOUNT]
+            launched = self._launch_guarded(guard, argv, worker_args, {}, "/", rlimits(limits, nproc))
         except BaseException:
+            if guard is not None:
+                guard.teardown()
             if uid is not None:
                 _uids.release(uid)
             raise
         if uid is not None:
             launched.uid = uid
-            launched.release = lambda: _uids.release(uid)
+            launched.release = _then(launched.release, lambda: _uids.release(uid))
         return launched
 
-    def bwrap_arguments(self, workspace: Path) -> list[str]:
+    def bwrap_arguments(self, workspace: Path, guard: SandboxGuard | None = None) -> list[str]:
         mounts = MountPlan()
         for path in SYSTEM_PATHS:
             mounts.system(path)
@@ -242,7 +314,7 @@ class BubblewrapLauncher(Launcher):
                 mounts.read_only(path, path)
         mounts.special(["--proc", "/proc"], "/proc")
         mounts.special(["--dev", "/dev"], "/dev")
-        mounts.special(["--perms", "01777", "--tmpfs", "/tmp"], "/tmp")
+        mounts.special(guard.bwrap_tmp_arguments() if guard else ["--perms", "01777", "--tmpfs", "/tmp"], "/tmp")
         for prefix in self.runtime.prefixes:
             mounts.read_only(prefix, prefix)
         mounts.read_only(str(WORKER_SOURCE), WORKER_MOUNT)
@@ -252,7 +324,7 @@ class BubblewrapLauncher(Launcher):
             args += ["--setenv", name, value]
         # The worker enters the workspace itself at its first execution: the host gives the sandbox uid
         # the workspace while the worker boots, so it may not be enterable yet.
-        args += [*mounts.arguments(), "--chdir", "/tmp"]
+        args += [*mounts.arguments(), "--chdir", "/tmp", *(guard.bwrap_seccomp_arguments() if guard else [])]
         if self.privileged:
             args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         return args

@@ -22,12 +22,24 @@ from fleet_rlm.sandbox.isolation import (
     importable_packages,
 )
 from fleet_rlm.sandbox.local_sandbox import DEFAULT_INTERRUPT_GRACE, LocalSandbox
+from fleet_rlm.sandbox.protections import (
+    MachineProtections,
+    Protection,
+    ProtectionOptions,
+    missing_protections,
+    protections_report,
+    refusal,
+)
 from fleet_rlm.sandbox.volume import Volume, VolumeError, bounded_volume, plain_volume, quota_support
 
 log = logging.getLogger(__name__)
 INSTALL_FIX = (
     "install bubblewrap: apt-get install bubblewrap (or dnf install bubblewrap, pacman -S bubblewrap); "
     "or set FLEET_SANDBOX_ALLOW_UNISOLATED=true to run code WITHOUT isolation"
+)
+LIMITS_FIX = (
+    "run Fleet as root with writable cgroups, libseccomp2, loop devices and e2fsprogs (docs/security.md); "
+    "or set FLEET_SANDBOX_REQUIRE_LIMITS=false to run sandboxes without the missing bounds"
 )
 # What the probe in check() may find in the sandbox's environment.
 SANDBOX_ENVIRONMENT = frozenset(
@@ -79,16 +91,23 @@ class LocalSandboxBackend(SandboxBackend):
         python: str | None = None,
         *,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
+        protections: ProtectionOptions | None = None,
+        require_limits: bool = False,
     ) -> None:
         self.allow_unisolated = allow_unisolated
         self.python = python
         self.interrupt_grace = interrupt_grace
+        self.protection_options = protections or ProtectionOptions()
+        self.require_limits = require_limits
         self._runtime: PythonRuntime | None = None
         self.execution_instructions = f"{EXECUTION_INSTRUCTIONS} {importable_packages(self.runtime())}"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LocalSandboxBackend:
-        return cls(allow_unisolated=settings.sandbox_allow_unisolated)
+        return cls(
+            allow_unisolated=settings.sandbox_allow_unisolated,
+            require_limits=bool(settings.sandbox_require_limits),
+        )
 
     @property
     def bwrap(self) -> str | None:
@@ -104,13 +123,23 @@ class LocalSandboxBackend(SandboxBackend):
             self._runtime = PythonRuntime.probe(self.python) if self.python else PythonRuntime.current()
         return self._runtime
 
+    def machine_protections(self) -> MachineProtections:
+        """What this machine enforces for this backend's sandboxes (detected once per process; the
+        first detection also reaps cgroups and /tmp mounts that dead Fleet processes left)."""
+        bwrap = self.bwrap
+        return MachineProtections.detect(self.protection_options, isolated=bwrap is not None, bwrap=bwrap)
+
+    def protections_report(self, limits: SandboxLimits | None = None) -> list[Protection]:
+        """Each whole-sandbox protection, enforced or missing here, with a one-line reason."""
+        return protections_report(self.machine_protections(), limits or SandboxLimits())
+
     def launcher(self) -> Launcher:
         """How this machine will run workers; raises SandboxUnavailable without bubblewrap."""
         bwrap = self.bwrap
         if bwrap is not None:
-            return BubblewrapLauncher(self.runtime(), bwrap)
+            return BubblewrapLauncher(self.runtime(), bwrap, self.machine_protections())
         if self.allow_unisolated:
-            return UnisolatedLauncher(self.runtime())
+            return UnisolatedLauncher(self.runtime(), self.machine_protections())
         raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed, so code cannot run isolated; {INSTALL_FIX}")
 
     def workspace_volume(self, directory: Path, limits: SandboxLimits) -> Volume:
@@ -123,7 +152,12 @@ class LocalSandboxBackend(SandboxBackend):
         return plain_volume(directory)
 
     def create(self, spec: SandboxSpec) -> LocalSandbox:
-        return LocalSandbox(spec, self.launcher(), interrupt_grace=self.interrupt_grace)
+        launcher = self.launcher()
+        if self.require_limits:
+            refused = refusal(self.protections_report(spec.limits))
+            if refused:
+                raise SandboxUnavailable(refused)
+        return LocalSandbox(spec, launcher, interrupt_grace=self.interrupt_grace)
 
     def check(self) -> BackendCheck:
         """Really start a sandbox and probe its isolation (network, host files, environment)."""
@@ -155,7 +189,14 @@ class LocalSandboxBackend(SandboxBackend):
                 "(allowed by FLEET_SANDBOX_ALLOW_UNISOLATED)",
                 fix=INSTALL_FIX,
             )
-        return _judge(found, startup_ms)
+        judged = _judge(found, startup_ms)
+        missing = missing_protections(self.protections_report())
+        if not judged.ok or not missing:
+            return judged
+        if self.require_limits:
+            return BackendCheck(False, refusal(self.protections_report()) or "", fix=LIMITS_FIX)
+        names = ", ".join(row.name for row in missing)
+        return BackendCheck(True, f"{judged.message}; whole-sandbox limits missing: {names}", fix=LIMITS_FIX)
 
 
 def _judge(found: dict[str, object], startup_ms: float) -> BackendCheck:

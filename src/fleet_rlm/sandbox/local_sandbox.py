@@ -204,6 +204,10 @@ class LocalSandbox:
         finally:
             self._active = None
         output = self._pump.finish()
+        notice = self._worker.limit_notice() if self._worker is not None else None
+        if notice:  # e.g. the kernel killed one of the code's processes at the memory limit
+            self._observer.warning(notice)
+            output.note(notice)
         return self._outcome(reply, output, timeout)
 
     def _await_result(self, execution: int, deadline: float) -> dict[str, Any]:
@@ -324,6 +328,7 @@ class LocalSandbox:
             if worker is None or self._killed:
                 return
             self._killed = True
+            worker.kill_everything()  # every process in the sandbox's cgroups, wherever it went
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(worker.process.pid, signal.SIGKILL)
             with contextlib.suppress(OSError):
@@ -355,7 +360,10 @@ class LocalSandbox:
         status = self._exit_status()
         limits = self.spec.limits
         hint = ""
-        if "SIGXCPU" in status:
+        limit = self._worker.limit_reason() if self._worker is not None else None
+        if limit:
+            hint = f"; {limit}"
+        elif "SIGXCPU" in status:
             hint = f"; it used up its CPU time limit of {limits.cpu_seconds}s"
         elif "SIGKILL" in status:
             hint = "; by its own code, the out-of-memory killer or the hard CPU time limit"
