@@ -148,6 +148,8 @@ class LocalSandboxBackend(SandboxBackend):
             try:
                 return bounded_volume(directory, disk_mb=limits.disk_mb, max_files=limits.max_files)
             except VolumeError as exc:
+                if self.require_limits:
+                    raise SandboxUnavailable(f"refusing to run code without a disk quota: {exc}") from exc
                 log.warning("workspace disk quota not enforced: %s", exc)
         return plain_volume(directory)
 
