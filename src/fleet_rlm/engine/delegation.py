@@ -35,8 +35,8 @@ from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, Sandb
 from fleet_rlm.workspace.hashing import HashingReader
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, Workspace
 from fleet_rlm.workspace.manifest import build_manifest, render_manifest
-from fleet_rlm.workspace.paths import PathEscapeError
-from fleet_rlm.workspace.tree import SHARED_DIR_MODE, Skipped, UnsafeEntry, split_rel
+from fleet_rlm.workspace.paths import PathEscapeError, split_rel
+from fleet_rlm.workspace.tree import SHARED_DIR_MODE, Skipped, UnsafeEntry
 
 CHILDREN_DIR = "children"
 

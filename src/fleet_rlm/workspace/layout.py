@@ -10,7 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleet_rlm.workspace.tree import SafeTree, split_rel
+from fleet_rlm.workspace.paths import split_rel
+from fleet_rlm.workspace.tree import SafeTree
 
 FILES = "files"
 ARTIFACTS = "artifacts"

@@ -19,15 +19,10 @@ class PathEscapeError(ValueError):
         super().__init__(f"refused path {path!r}: {reason}")
 
 
-def resolve_inside(root: Path, rel: str) -> Path:
-    """The absolute, symlink-resolved path of ``rel`` under ``root``; raises :class:`PathEscapeError`.
-
-    Refused: a non-string, an empty path (or one naming the root itself, like ``"."``), NUL bytes,
-    backslashes (not a separator here, and a traversal on Windows clients), an absolute path, any
-    ``..`` component, and anything that resolves outside ``root`` once symlinks are followed (a
-    symlink loop counts as outside). The target need not exist, so this also vets upload paths.
-    The result lies under ``root.resolve()``.
-    """
+def split_rel(rel: str) -> tuple[str, ...]:
+    """The names of a plain relative path; raises :class:`PathEscapeError` for anything else: a
+    non-string, an empty path (or one naming the root itself, like ``"."``), NUL bytes, backslashes
+    (not a separator here, and a traversal on Windows clients), an absolute path, any ``..``."""
     if not isinstance(rel, str):
         raise PathEscapeError(rel, f"expected a string, got {type(rel).__name__}")
     if not rel.strip():
@@ -43,6 +38,17 @@ def resolve_inside(root: Path, rel: str) -> Path:
         raise PathEscapeError(rel, "the path contains a '..' component")
     if not pure.parts:
         raise PathEscapeError(rel, "the path names the workspace root itself, not something inside it")
+    return pure.parts
+
+
+def resolve_inside(root: Path, rel: str) -> Path:
+    """The absolute, symlink-resolved path of ``rel`` under ``root``; raises :class:`PathEscapeError`.
+
+    Refused: whatever :func:`split_rel` refuses, and anything that resolves outside ``root`` once
+    symlinks are followed (a symlink loop counts as outside). The target need not exist, so this also vets upload paths.
+    The result lies under ``root.resolve()``.
+    """
+    pure = PurePosixPath(*split_rel(rel))
 
     base = root.resolve()
     try:

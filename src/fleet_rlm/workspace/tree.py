@@ -22,10 +22,10 @@ import shutil
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Protocol
 
-from fleet_rlm.workspace.paths import PathEscapeError
+from fleet_rlm.workspace.paths import PathEscapeError, split_rel
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -68,24 +68,6 @@ class Skipped:
     rel: str
     what: str
     """e.g. "a symbolic link", "a FIFO"."""
-
-
-def split_rel(rel: str) -> tuple[str, ...]:
-    """The names of a plain relative path; raises :class:`PathEscapeError` for anything else."""
-    if not isinstance(rel, str):
-        raise PathEscapeError(rel, f"expected a string, got {type(rel).__name__}")
-    if "\x00" in rel:
-        raise PathEscapeError(rel, "the path contains a NUL byte")
-    if "\\" in rel:
-        raise PathEscapeError(rel, "the path contains a backslash; use '/' between names")
-    pure = PurePosixPath(rel)
-    if pure.is_absolute():
-        raise PathEscapeError(rel, "the path is absolute; give it relative to the workspace")
-    if ".." in pure.parts:
-        raise PathEscapeError(rel, "the path contains a '..' component")
-    if not pure.parts:
-        raise PathEscapeError(rel, "the path names the workspace root itself, not something inside it")
-    return pure.parts
 
 
 def describe(mode: int) -> str:
