@@ -3,7 +3,9 @@ built from source with this machine's compilers (uv keeps the built wheel in its
 
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -40,9 +42,24 @@ def _stamp(root: Path) -> Path:
     return runtime_dir(root) / ".fleet-ready"
 
 
+def _stamp_text() -> str:
+    """What the runtime was built for: llama.cpp is compiled for this CPU's instruction set."""
+    return f"{REQUIREMENT}\ncpu {cpu_fingerprint()}\n"
+
+
+def cpu_fingerprint() -> str:
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine()
+    flags = next((line.split(":", 1)[1] for line in info.splitlines() if line.startswith(("flags", "Features"))), "")
+    digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16]
+    return f"{platform.machine()}-{digest}"
+
+
 def _ready(root: Path) -> bool:
     try:
-        return _stamp(root).read_text() == REQUIREMENT and runtime_python(root).is_file()
+        return _stamp(root).read_text() == _stamp_text() and runtime_python(root).is_file()
     except OSError:
         return False
 
@@ -50,16 +67,19 @@ def _ready(root: Path) -> bool:
 def _install(root: Path) -> None:
     venv = runtime_dir(root)
     uv = find_uv()
+    # A runtime built on another CPU must not come back from uv's wheel cache: build it again.
+    other_cpu = _stamp(root).is_file() and _stamp(root).read_text() != _stamp_text()
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     shutil.rmtree(venv, ignore_errors=True)
     started = time.monotonic()
     progress(f"installing {REQUIREMENT} into {venv} (built from source the first time: minutes)")
     run_logged([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], "creating the runtime", env=env)
-    run_logged(
-        [uv, "pip", "install", "--python", str(runtime_python(root)), REQUIREMENT], f"installing {REQUIREMENT}", env=env
-    )
+    install = [uv, "pip", "install", "--python", str(runtime_python(root)), REQUIREMENT]
+    if other_cpu:
+        install += ["--refresh-package", "llama-cpp-python"]
+    run_logged(install, f"installing {REQUIREMENT}", env=env)
     check = subprocess.run([str(runtime_python(root)), "-c", _CHECK], capture_output=True, text=True, check=False)
     if check.returncode != 0 or check.stdout.strip() != LLAMA_CPP_VERSION:
         raise RealModelError(f"the runtime in {venv} does not import llama_cpp {LLAMA_CPP_VERSION}: {check.stderr}")
-    _stamp(root).write_text(REQUIREMENT)
+    _stamp(root).write_text(_stamp_text())
     progress(f"runtime ready in {time.monotonic() - started:.1f}s")

@@ -20,6 +20,7 @@ from fleet_rlm.config import Settings
 from fleet_rlm.testing.real_model.cache import RealModelError, cache_root, progress
 from fleet_rlm.testing.real_model.runtime import ensure_runtime
 from fleet_rlm.testing.real_model.specs import ModelSpec
+from fleet_rlm.testing.real_model.speed import Speed, parse_speed
 from fleet_rlm.testing.real_model.weights import ensure_model
 
 DEFAULT_CONTEXT = 8192
@@ -84,10 +85,10 @@ class RealModelServer:
                 self.start_seconds = time.monotonic() - started
                 progress(f"{self.spec.alias} answers at {self.base_url} (started in {self.start_seconds:.1f}s)")
                 return self
-            if "address already in use" not in self.log_tail().lower():
+            tail = self.log_tail()
+            self.stop()
+            if "address already in use" not in tail.lower():  # else another process took the port: retry
                 break
-        tail = self.log_tail()
-        self.stop()
         raise RealModelError(f"the {self.spec.size} model's server did not start:\n{tail}")
 
     def _spawn(self, python: Path, model: Path) -> None:
@@ -103,13 +104,18 @@ class RealModelServer:
             "n_threads_batch": str(self.threads),
             # By default a waiting request cuts a streaming one short; Fleet's calls must all finish.
             "interrupt_requests": "false",
+            # Logits of every prompt token are of no use to a chat server and cost prompt time.
+            "logits_all": "false",
         }
         command = [str(python), "-m", "llama_cpp.server"]
         for key, value in args.items():
             command += [f"--{key}", value]
+        # OpenMP threads that spin while they wait make generation several times slower on a busy
+        # machine (measured here: 3.9 against 15.9 tokens/s with the other core taken).
+        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
         with os.fdopen(handle, "wb") as log:
             self._process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_die_with_parent
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, preexec_fn=_die_with_parent
             )
 
     def _wait_ready(self) -> bool:
@@ -123,6 +129,21 @@ class RealModelServer:
                     return True
             time.sleep(0.2)
         return False
+
+    def log_size(self) -> int:
+        """Where the server's log ends now: pass it to ``speed`` to count only what follows."""
+        try:
+            return self._log.stat().st_size if self._log is not None else 0
+        except OSError:
+            return 0
+
+    def speed(self, since: int = 0) -> Speed:
+        """How fast the model read and wrote in the completions logged after byte ``since``."""
+        if self._log is None:
+            return Speed()
+        with self._log.open("rb") as log:
+            log.seek(since)
+            return parse_speed(log.read().decode(errors="replace"))
 
     def log_tail(self, lines: int = 30) -> str:
         if self._log is None:
