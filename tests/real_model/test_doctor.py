@@ -13,14 +13,14 @@ from fleet_rlm.testing.real_model import CACHE_ENV, RealModelServer, cache_root
 pytestmark = pytest.mark.real_model
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(300)
 def test_doctor_runs_one_real_turn_and_reports_outcome_and_time(small_model: RealModelServer, tmp_path: Path) -> None:
     # The session's server proves the cache is ready: doctor reuses it and starts its own server.
     result = run_fleet(
         ["doctor", "--smoke", "--real-model", "--real-model-size", "small"],
         tmp_path,
-        {CACHE_ENV: str(cache_root())},
-        timeout=400,
+        {CACHE_ENV: str(cache_root()), "COLUMNS": "400", "FLEET_TURN_TIMEOUT": "120"},
+        timeout=240,
     )
     lines = [line for line in result.stdout.splitlines() if "real-model turn (small)" in line]
     assert len(lines) == 1, result.stdout + result.stderr

@@ -1,8 +1,8 @@
 """``fleet run`` against a real local model: the turn ends within its budget and keeps the event contract.
 
-The small model answers a direct question but does not follow DSPy's RLM format (it repeats the
-instructions instead of writing code), so its RLM turn fails at once, with a reason; the large model
-writes code in the sandbox. For now either may end either way; each turn's outcome, time, speed and
+The small model answers a direct question but does not follow DSPy's RLM format: it repeats the
+instructions instead of writing code, so its RLM turn fails at once (the reply does not parse) or runs
+into its deadline writing on; the large model writes code for the sandbox. For now either may end either way; each turn's outcome, time, speed and
 answer are listed in the run's summary.
 """
 
@@ -23,18 +23,22 @@ pytestmark = pytest.mark.real_model
 
 DIRECT_TIMEOUT = 120
 RLM_TIMEOUT = 300
+# The small model may ramble for its whole answer instead of writing code: keep its turn short.
+SMALL_RLM_TIMEOUT = 120
+SMALL_MAX_TOKENS = 512
 REVENUE = [120, 75, 310, 42, 98, 205, 61, 134]
 CSV_TASK = "What is the total of the revenue column in files/sales.csv? Answer with the number."
 Events = list[dict[str, object]]
 
 
-def run_turn(server: RealModelServer, tmp_path: Path, args: list[str], timeout: int) -> tuple[Events, TurnRecord]:
+def run_turn(
+    server: RealModelServer, tmp_path: Path, args: list[str], timeout: int, max_tokens: int = 1024
+) -> tuple[Events, TurnRecord]:
     """``fleet run ARGS --json`` against ``server``: the events, checked against the contract, and a record."""
     mark = server.log_size()
     started = time.monotonic()
-    result = run_fleet(
-        ["run", *args, "--json", "--timeout", str(timeout)], tmp_path, server.fleet_env(), timeout=timeout + 30
-    )
+    env = server.fleet_env(max_tokens)
+    result = run_fleet(["run", *args, "--json", "--timeout", str(timeout)], tmp_path, env, timeout=timeout + 30)
     seconds = time.monotonic() - started
     events = json_events(result.stdout)
     problems = event_problems(events)
@@ -63,20 +67,22 @@ def test_a_direct_turn_completes_with_an_answer(
     assert record.text.strip()
 
 
-def rlm_csv_turn(server: RealModelServer, tmp_path: Path) -> tuple[Events, TurnRecord]:
+def rlm_csv_turn(
+    server: RealModelServer, tmp_path: Path, timeout: int, max_tokens: int = 1024
+) -> tuple[Events, TurnRecord]:
     rows = "".join(f"r{i},{value}\n" for i, value in enumerate(REVENUE))
     (tmp_path / "sales.csv").write_text("region,revenue\n" + rows)
     args = [CSV_TASK, "--file", "sales.csv", "--mode", "rlm", "--max-iterations", "4"]
-    events, record = run_turn(server, tmp_path, args, RLM_TIMEOUT)
+    events, record = run_turn(server, tmp_path, args, timeout, max_tokens)
     assert "iteration.started" in {e["type"] for e in events}
     return events, record
 
 
-@pytest.mark.timeout(RLM_TIMEOUT + 60)
+@pytest.mark.timeout(SMALL_RLM_TIMEOUT + 60)
 def test_an_rlm_turn_of_the_small_model_ends_with_a_reason_or_an_answer(
     small_model: RealModelServer, tmp_path: Path, record_turn: list[TurnRecord]
 ) -> None:
-    _, record = rlm_csv_turn(small_model, tmp_path)
+    _, record = rlm_csv_turn(small_model, tmp_path, SMALL_RLM_TIMEOUT, SMALL_MAX_TOKENS)
     record_turn.append(record)
 
 
@@ -84,7 +90,7 @@ def test_an_rlm_turn_of_the_small_model_ends_with_a_reason_or_an_answer(
 def test_an_rlm_turn_of_the_large_model_runs_code_and_ends_within_its_budget(
     large_model: RealModelServer, tmp_path: Path, record_turn: list[TurnRecord]
 ) -> None:
-    events, record = rlm_csv_turn(large_model, tmp_path)
+    events, record = rlm_csv_turn(large_model, tmp_path, RLM_TIMEOUT)
     record_turn.append(record)
     # The large model follows the format: it writes code for the sandbox.
     assert "code" in {e["type"] for e in events}, record

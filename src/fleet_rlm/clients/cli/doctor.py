@@ -121,6 +121,7 @@ def smoke_turn(settings: Settings) -> Check:
 
 REAL_MODEL_TASK = "What is the total of the revenue column in files/sales.csv? Answer with the number."
 REAL_MODEL_TOTAL = "47"
+REAL_MODEL_TURN_TIMEOUT = 300.0
 
 
 def real_model_turn(settings: Settings, size: str) -> Check:
@@ -136,7 +137,8 @@ def real_model_turn(settings: Settings, size: str) -> Check:
     try:
         with RealModelServer(spec) as server, tempfile.TemporaryDirectory(prefix="fleet-real-smoke-") as tmp:
             values = {**settings.model_dump(), **server.fleet_values()}
-            values.update(sub_lm_base_url=None, sub_lm_api_key=None, mode="rlm", max_iterations=4, turn_timeout=600.0)
+            values.update(sub_lm_base_url=None, sub_lm_api_key=None, mode="rlm", max_iterations=4)
+            values["turn_timeout"] = min(settings.turn_timeout, REAL_MODEL_TURN_TIMEOUT)
             workspace = Path(tmp) / "workspace"
             (workspace / "files").mkdir(parents=True)
             (workspace / "files" / "sales.csv").write_text(SMOKE_CSV)
