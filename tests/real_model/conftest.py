@@ -28,7 +28,11 @@ PREPARE_ERRORS: dict[str, str] = {}
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    wanted = {spec.size: spec for item in session.items for name, spec in FIXTURES.items() if name in item.fixturenames}
+    wanted: dict[str, ModelSpec] = {}
+    for item in session.items:
+        if item.get_closest_marker("real_model") is not None:
+            wanted[SMALL.size] = SMALL  # what tests that start their own server use
+        wanted.update({spec.size: spec for name, spec in FIXTURES.items() if name in item.fixturenames})
     if not wanted:
         return
     capture = session.config.pluginmanager.getplugin("capturemanager")
