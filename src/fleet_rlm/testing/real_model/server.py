@@ -81,7 +81,12 @@ class RealModelServer:
         for _attempt in range(3):
             self.port = free_port()
             self._spawn(python, model)
-            if self._wait_ready():
+            try:
+                ready = self._wait_ready()
+            except BaseException:
+                self.stop()
+                raise
+            if ready:
                 self.start_seconds = time.monotonic() - started
                 progress(f"{self.spec.alias} answers at {self.base_url} (started in {self.start_seconds:.1f}s)")
                 return self
