@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -54,7 +55,7 @@ def test_the_server_answers_as_fleets_model_and_stops_when_the_block_fails() -> 
 STARTER = (
     "from fleet_rlm.testing.real_model import SMALL, RealModelServer\n"
     "server = RealModelServer(SMALL).start()\n"
-    "print(server.pid, flush=True)\n"
+    "print(server.pid, server.log_path, flush=True)\n"
     "import time; time.sleep(600)\n"
 )
 
@@ -65,10 +66,12 @@ def test_a_killed_test_process_leaves_no_server_behind() -> None:
     )
     assert starter.stdout is not None
     try:
-        pid = int(starter.stdout.readline())
+        pid_text, log = starter.stdout.readline().split()
+        pid = int(pid_text)
         assert pid_alive(pid)
     finally:
         os.kill(starter.pid, signal.SIGKILL)
         starter.wait()
         starter.stdout.close()
     assert wait_gone(pid)
+    Path(log).unlink()  # what the killed process could not clean up

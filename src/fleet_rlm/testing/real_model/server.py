@@ -135,6 +135,11 @@ class RealModelServer:
             time.sleep(0.2)
         return False
 
+    @property
+    def log_path(self) -> Path | None:
+        """The server's log while it runs (removed when it stops)."""
+        return self._log
+
     def log_size(self) -> int:
         """Where the server's log ends now: pass it to ``speed`` to count only what follows."""
         try:
