@@ -109,6 +109,13 @@ def doctor(
     smoke: Annotated[
         bool, typer.Option("--smoke", help="Also run one full turn against the built-in scripted model.")
     ] = False,
+    real_model: Annotated[
+        bool,
+        typer.Option("--real-model", help="Also run one turn against a local real model (prepared if need be)."),
+    ] = False,
+    real_model_size: Annotated[
+        str, typer.Option(help="The local real model: large (1.5B) or small (0.5B: fast, rarely follows the format).")
+    ] = "large",
 ) -> None:
     """Check that the configuration, the sandbox and the model endpoint work here."""
     from fleet_rlm.clients.cli import doctor as doctor_checks
@@ -126,7 +133,12 @@ def doctor(
         smoke_check = doctor_checks.smoke_turn(settings)
         _print_check(console, smoke_check)
         checks.append(smoke_check)
-    failed = [c for c in checks if not c.ok and not (c.name == "model endpoint" and smoke)]
+    if real_model and settings is not None:
+        real_check = doctor_checks.real_model_turn(settings, real_model_size)
+        _print_check(console, real_check)
+        checks.append(real_check)
+    # A smoke run brings its own model: the configured endpoint's absence does not fail it.
+    failed = [c for c in checks if not c.ok and not (c.name == "model endpoint" and (smoke or real_model))]
     raise typer.Exit(1 if failed else 0)
 
 

@@ -142,3 +142,38 @@ def smoke_turn(settings: Settings) -> Check:
     if problems:
         return Check("smoke turn", False, "; ".join(problems), "run `fleet doctor` for the failing part")
     return Check("smoke turn", True, f"answered in {outcome.usage.get('duration', 0):.1f}s with {len(events)} events")
+
+
+REAL_MODEL_TASK = "What is the total of the revenue column in files/sales.csv? Answer with the number."
+REAL_MODEL_TOTAL = "47"
+REAL_MODEL_TURN_TIMEOUT = 300.0
+
+
+def real_model_turn(settings: Settings, size: str) -> Check:
+    """One RLM turn over the smoke CSV against a local real model, prepared first (with progress) if need be."""
+    from fleet_rlm.testing.real_model import RealModelError, RealModelServer, spec_for
+
+    name = f"real-model turn ({size})"
+    try:
+        spec = spec_for(size)
+    except ValueError as exc:
+        return Check(name, False, str(exc), "use --real-model-size small or large")
+    events: list[Event] = []
+    try:
+        with RealModelServer(spec) as server, tempfile.TemporaryDirectory(prefix="fleet-real-smoke-") as tmp:
+            values = {**settings.model_dump(), **server.fleet_values()}
+            values.update(sub_lm_base_url=None, sub_lm_api_key=None, mode="rlm", max_iterations=4)
+            values["turn_timeout"] = min(settings.turn_timeout, REAL_MODEL_TURN_TIMEOUT)
+            workspace = Path(tmp) / "workspace"
+            (workspace / "files").mkdir(parents=True)
+            (workspace / "files" / "sales.csv").write_text(SMOKE_CSV)
+            request = TurnRequest(task=REAL_MODEL_TASK, workspace=workspace)
+            outcome = asyncio.run(build_turn(Settings.model_validate(values), request, events.append).run())
+            speed = server.speed().describe()
+    except RealModelError as exc:
+        return Check(name, False, str(exc), "see docs/testing.md, section 'The real model'")
+    took = f"{float(outcome.usage.get('duration') or 0.0):.1f}s, {speed}"
+    if outcome.status != "completed":
+        return Check(name, False, f"{spec.alias}: turn {outcome.status} after {took}: {outcome.error}", None)
+    verdict = "right" if REAL_MODEL_TOTAL in (outcome.answer or "") else f"wrong: the total is {REAL_MODEL_TOTAL}"
+    return Check(name, True, f"{spec.alias} answered {outcome.answer!r} ({verdict}) in {took}")

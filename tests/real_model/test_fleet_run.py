@@ -1,0 +1,97 @@
+"""``fleet run`` against a real local model: the turn ends within its budget and keeps the event contract.
+
+The small model answers a direct question but does not follow DSPy's RLM format: it repeats the
+instructions instead of writing code, so its RLM turn fails at once (the reply does not parse) or runs
+into its deadline writing on; the large model writes code for the sandbox. For now either may end either way; each turn's outcome, time, speed and
+answer are listed in the run's summary.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from fleet_rlm.testing.cli import json_events, run_fleet
+from fleet_rlm.testing.real_model import RealModelServer
+from fleet_rlm.testing.turn_events import event_problems
+
+from .conftest import TurnRecord
+
+pytestmark = pytest.mark.real_model
+
+DIRECT_TIMEOUT = 120
+RLM_TIMEOUT = 300
+# The small model may ramble for its whole answer instead of writing code: keep its turn short.
+SMALL_RLM_TIMEOUT = 120
+SMALL_MAX_TOKENS = 512
+REVENUE = [120, 75, 310, 42, 98, 205, 61, 134]
+CSV_TASK = "What is the total of the revenue column in files/sales.csv? Answer with the number."
+Events = list[dict[str, object]]
+
+
+def run_turn(
+    server: RealModelServer, tmp_path: Path, args: list[str], timeout: int, max_tokens: int = 1024
+) -> tuple[Events, TurnRecord]:
+    """``fleet run ARGS --json`` against ``server``: the events, checked against the contract, and a record."""
+    mark = server.log_size()
+    started = time.monotonic()
+    env = server.fleet_env(max_tokens)
+    result = run_fleet(["run", *args, "--json", "--timeout", str(timeout)], tmp_path, env, timeout=timeout + 30)
+    seconds = time.monotonic() - started
+    events = json_events(result.stdout)
+    problems = event_problems(events)
+    assert not problems, f"{problems}\nstderr: {result.stderr[-2000:]}"
+    last = events[-1]
+    data = last["data"]
+    assert isinstance(data, dict)
+    expected = {"turn.completed": 3 if data.get("unverified") else 0, "turn.incomplete": 4, "turn.failed": 1}
+    assert last["type"] in expected, last
+    assert result.returncode == expected[str(last["type"])], result.stderr[-2000:]
+    text = str(data["answer"] if last["type"] != "turn.failed" else data["reason"])
+    record = TurnRecord(
+        args[0][:30], server.spec.alias, str(last["type"]), seconds, server.speed(mark).describe(), text
+    )
+    return events, record
+
+
+@pytest.mark.timeout(DIRECT_TIMEOUT + 60)
+def test_a_direct_turn_completes_with_an_answer(
+    small_model: RealModelServer, tmp_path: Path, record_turn: list[TurnRecord]
+) -> None:
+    events, record = run_turn(
+        small_model, tmp_path, ["Name the capital city of France, in one word.", "--mode", "direct"], DIRECT_TIMEOUT
+    )
+    record_turn.append(record)
+    assert events[-1]["type"] == "turn.completed", record
+    assert record.text.strip()
+
+
+def rlm_csv_turn(
+    server: RealModelServer, tmp_path: Path, timeout: int, max_tokens: int = 1024
+) -> tuple[Events, TurnRecord]:
+    rows = "".join(f"r{i},{value}\n" for i, value in enumerate(REVENUE))
+    (tmp_path / "sales.csv").write_text("region,revenue\n" + rows)
+    args = [CSV_TASK, "--file", "sales.csv", "--mode", "rlm", "--max-iterations", "4"]
+    events, record = run_turn(server, tmp_path, args, timeout, max_tokens)
+    assert "iteration.started" in {e["type"] for e in events}
+    return events, record
+
+
+@pytest.mark.timeout(SMALL_RLM_TIMEOUT + 60)
+def test_an_rlm_turn_of_the_small_model_ends_with_a_reason_or_an_answer(
+    small_model: RealModelServer, tmp_path: Path, record_turn: list[TurnRecord]
+) -> None:
+    _, record = rlm_csv_turn(small_model, tmp_path, SMALL_RLM_TIMEOUT, SMALL_MAX_TOKENS)
+    record_turn.append(record)
+
+
+@pytest.mark.timeout(RLM_TIMEOUT + 60)
+def test_an_rlm_turn_of_the_large_model_runs_code_and_ends_within_its_budget(
+    large_model: RealModelServer, tmp_path: Path, record_turn: list[TurnRecord]
+) -> None:
+    events, record = rlm_csv_turn(large_model, tmp_path, RLM_TIMEOUT)
+    record_turn.append(record)
+    # The large model follows the format: it writes code for the sandbox.
+    assert "code" in {e["type"] for e in events}, record
