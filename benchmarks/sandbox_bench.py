@@ -16,6 +16,7 @@ a busy machine hits both alike.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -124,6 +125,7 @@ def alternate(ours: Callable[[], list[float]], theirs: Callable[[], list[float]]
 
 def run(repeats: int) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as scratch:
+        os.chmod(scratch, 0o777)  # the sandbox runs as a uid of its own, and the host chowns nothing
         ours = sandbox_factory(Path(scratch))
         theirs = local_interpreter_factory
         for factory in (ours, theirs):  # warm the page cache and bytecode caches

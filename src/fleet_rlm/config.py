@@ -8,18 +8,37 @@ prefix (``[lm]`` then ``model = "..."``). An unknown key fails fast and names th
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import platformdirs
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 APP_NAME = "fleet"
 CONFIG_FILE = "fleet.toml"
 Mode = Literal["hybrid", "rlm", "flex", "direct"]
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def origin_of(scheme: str, host: str, port: int | None) -> str:
+    """A web origin in the form browsers send (lower case, no default port)."""
+    scheme, host = scheme.lower(), host.lower()
+    bracketed = f"[{host}]" if ":" in host else host
+    default = {"http": 80, "https": 443}.get(scheme)
+    return f"{scheme}://{bracketed}" if port in (None, default) else f"{scheme}://{bracketed}:{port}"
 
 
 class ConfigError(ValueError):
@@ -67,6 +86,12 @@ class Settings(BaseSettings):
     execution_timeout: float = Field(120.0, gt=0, description="Wall-clock seconds one code execution may take.")
     max_output_chars: int = Field(20_000, gt=0, description="Output characters kept per execution.")
     max_tokens_per_turn: int | None = Field(None, gt=0, description="Optional ceiling on model tokens per turn.")
+    loop_guard_warn_after: int = Field(
+        2, ge=1, description="Identical failures of the same code in a row before the model is told to change course."
+    )
+    loop_guard_stop_after: int = Field(
+        4, ge=1, description="Identical failures of the same code in a row that end the turn as incomplete."
+    )
 
     # Child agents (spawn_agent / spawn_agents in sandbox code).
     max_depth: int = Field(2, ge=0, description="How deep child agents may nest; 0 disables delegation.")
@@ -93,6 +118,11 @@ class Settings(BaseSettings):
         10_240, gt=0, description="MiB a sandbox's workspace volume holds, inputs included (a sparse image)."
     )
     sandbox_max_files: int = Field(100_000, ge=1000, description="Files and directories a workspace volume holds.")
+    sandbox_require_limits: bool | None = Field(
+        None,
+        description="Refuse sandboxes whose whole-sandbox limits (memory and process cgroups, sized /tmp, "
+        "CPU time, seccomp) cannot be enforced here; unset: on for `fleet serve`, off for `fleet run`.",
+    )
 
     # Routing.
     mode: Mode = Field("hybrid", description="Route choice: hybrid (triage per turn), rlm, flex or direct.")
@@ -110,6 +140,69 @@ class Settings(BaseSettings):
     sse_heartbeat_seconds: float = Field(
         15.0, gt=0, le=15.0, description="Seconds between SSE heartbeats while a turn is quiet (at most 15)."
     )
+
+    # What the API accepts (docs/security.md, section API).
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names the API answers besides loopback ones ('*.example.com': its subdomains; '*': any).",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Browser origins (scheme://host[:port]) allowed to call the API cross-site."
+    )
+    json_body_limit_kb: int = Field(1024, gt=0, description="Largest JSON request body, in KiB.")
+    import_limit_mb: int = Field(1024, gt=0, description="Largest session archive to import (as sent), in MiB.")
+    import_unpacked_limit_mb: int = Field(4096, gt=0, description="Most bytes an archive may unpack to, in MiB.")
+    import_file_limit_mb: int = Field(1024, gt=0, description="Largest single file inside an archive, in MiB.")
+    import_max_entries: int = Field(20_000, gt=0, description="Most entries an archive may hold.")
+
+    # Ceilings on what a session's settings or a turn's options may ask for.
+    ceiling_max_iterations: int = Field(100, gt=0)
+    ceiling_max_model_calls: int = Field(500, gt=0)
+    ceiling_turn_timeout: float = Field(3600.0, gt=0)
+    ceiling_execution_timeout: float = Field(600.0, gt=0)
+    ceiling_max_output_chars: int = Field(200_000, gt=0)
+    ceiling_max_tokens_per_turn: int = Field(10_000_000, gt=0)
+    ceiling_lm_max_tokens: int = Field(200_000, gt=0, description="For lm_max_tokens and sub_lm_max_tokens.")
+
+    @field_validator("api_token")
+    @classmethod
+    def _empty_token_is_none(cls, value: SecretStr | None) -> SecretStr | None:
+        """``FLEET_API_TOKEN=""`` means no token, never a token everyone knows."""
+        return value if value is not None and value.get_secret_value().strip() else None
+
+    @field_validator("allowed_hosts", "cors_origins", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        """A list, a JSON list, or names separated by commas (handy in the environment)."""
+        if isinstance(value, str):
+            text = value.strip()
+            return (
+                json.loads(text) if text.startswith("[") else [part.strip() for part in text.split(",") if part.strip()]
+            )
+        return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_patterns(cls, hosts: list[str]) -> list[str]:
+        normal = []
+        for host in hosts:
+            name = host.strip().lower().rstrip(".").removeprefix("[").removesuffix("]")
+            bare = name.removeprefix("*.")
+            if name != "*" and not ((bare and _is_ip(bare)) or (bare and not any(c in bare for c in "*/:@?# "))):
+                raise ValueError(f"{host!r} is not a host name: give names like fleet.example.com or *.example.com")
+            normal.append(name)
+        return normal
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        normal = []
+        for origin in origins:
+            parts = urlsplit(origin)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/") or parts.query:
+                raise ValueError(f"{origin!r} is not an origin: give scheme://host[:port], e.g. https://ui.example.com")
+            normal.append(origin_of(parts.scheme, parts.hostname, parts.port))
+        return normal
 
     @model_validator(mode="after")
     def _home_absolute(self) -> Settings:

@@ -63,17 +63,27 @@ def server_in_thread(settings: Settings) -> Iterator[RunningServer]:
 
 
 class ServerProcess:
-    """``fleet serve``'s app in a child process (so a test can kill -9 it)."""
+    """``fleet serve``'s app in a child process (so a test can kill -9 it); with ``cli``, the
+    ``fleet serve`` command itself. Its output (uvicorn's access log included) goes to ``log``."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, *, cli: bool = False) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self._env = {**os.environ, **env}
+        self._cli = cli
         self.process: subprocess.Popen[bytes] | None = None
 
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
     def start(self) -> ServerProcess:
-        command = [sys.executable, "-m", "fleet_rlm.api.server", "--host", "127.0.0.1", "--port", str(self.port)]
+        module = ["fleet_rlm", "serve"] if self._cli else ["fleet_rlm.api.server"]
+        command = [sys.executable, "-m", *module, "--host", "127.0.0.1", "--port", str(self.port)]
+        token = self._env.get("FLEET_API_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(command, env=self._env, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
@@ -81,7 +91,7 @@ class ServerProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
             with contextlib.suppress(httpx.TransportError):
-                if httpx.get(self.base_url + "/api/v1/health", timeout=1).status_code == 200:
+                if httpx.get(self.base_url + "/api/v1/health", headers=headers, timeout=1).status_code == 200:
                     return self
             time.sleep(0.05)
         raise RuntimeError(f"server did not come up: {self.log.read_text()[-2000:]}")

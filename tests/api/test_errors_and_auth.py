@@ -67,12 +67,14 @@ def test_token_is_required_on_every_route_when_set(
             assert http.get("/health").status_code == 200
             http.post("/sessions", json={"name": "s"})
             turn_id = http.post("/sessions/s/turns", json={"message": "x"}).json()["id"]
-        with (
-            api.http() as browser,
-            browser.stream("GET", f"/turns/{turn_id}/events", params={"token": "s3cret"}) as sse,
-        ):
-            assert sse.status_code == 200
-            events = [f["event"] for f in parse_sse(sse.iter_lines()) if "id" in f]
+            ticket = http.post(f"/turns/{turn_id}/events/ticket")
+            assert ticket.status_code == 201, ticket.text
+        with api.http() as browser:
+            in_url = browser.get(f"/turns/{turn_id}/events", params={"token": "s3cret"})
+            assert in_url.status_code == 401 and "not accepted in the URL" in in_url.json()["message"]
+            with browser.stream("GET", ticket.json()["url"].removeprefix("/api/v1")) as sse:
+                assert sse.status_code == 200
+                events = [f["event"] for f in parse_sse(sse.iter_lines()) if "id" in f]
         assert events[-1] == "turn.completed"
 
 

@@ -18,3 +18,18 @@ def test_every_route_is_under_api_v1_and_documents_its_errors() -> None:
     for path in ("/api/v1/sessions/{session}", "/api/v1/turns/{turn_id}", "/api/v1/turns/{turn_id}/events"):
         operations = document["paths"][path]
         assert any("404" in op["responses"] for op in operations.values()), path
+
+
+def test_every_operation_documents_the_shared_rules() -> None:
+    document = openapi_document()
+    assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            codes = set(operation["responses"])
+            assert {"401", "413", "421"} <= codes, (method, path)
+            if method in ("post", "put", "patch", "delete"):
+                assert "403" in codes, (method, path)
+    events = document["paths"]["/api/v1/turns/{turn_id}/events"]["get"]
+    assert "ticket" in {p["name"] for p in events["parameters"]}
+    assert "201" in document["paths"]["/api/v1/turns/{turn_id}/events/ticket"]["post"]["responses"]
+    assert {"413", "422"} <= set(document["paths"]["/api/v1/sessions/import"]["post"]["responses"])

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .test_cli_run import fleet
@@ -27,3 +28,14 @@ def test_doctor_names_a_bad_config_key(tmp_path: Path) -> None:
     result = fleet(["doctor"], tmp_path, {})
     assert result.returncode == 1
     assert "FAIL  configuration" in result.stdout and "no_such_setting" in result.stdout
+
+
+def test_doctor_shows_each_whole_sandbox_protection(tmp_path: Path) -> None:
+    result = fleet(["doctor"], tmp_path, {})
+    lines = result.stdout.splitlines()
+    for name in ("memory cgroup", "process-count cgroup", "sized /tmp", "CPU time", "seccomp", "disk quota"):
+        assert any(f"  limit: {name}: " in line for line in lines), result.stdout
+    if os.getuid() == 0:  # as root (as CI runs) this machine enforces every one
+        assert "pass  limit: memory cgroup: enforced: 2048 MB for all processes and /tmp together" in result.stdout
+        assert "pass  limit: seccomp: enforced" in result.stdout
+        assert "pass  limit: disk quota: enforced" in result.stdout

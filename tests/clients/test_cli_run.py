@@ -11,7 +11,7 @@ import pytest
 
 from fleet_rlm.config import load_settings
 from fleet_rlm.testing.cli import run_fleet, scripted_env
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.scripted_model import ScriptedModelServer, fields_reply, rlm_step
 
 
 def fleet(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -92,3 +92,23 @@ def test_precedence_flags_over_env_over_dotenv_over_toml(tmp_path: Path, monkeyp
     settings = load_settings(lm_model="flag-model")
     assert (settings.max_iterations, settings.max_model_calls, settings.turn_timeout) == (3, 40, 500.0)
     assert settings.lm_model == "flag-model"
+
+
+def test_an_unverified_answer_exits_3_and_says_why(model_server: ScriptedModelServer, tmp_path: Path) -> None:
+    model_server.script("root", rlm_step("Look.", "print(1 + 1)"), fields_reply(answer="It is 2."))
+    result = fleet(["run", "Add", "--max-iterations", "1"], tmp_path, model_env(model_server))
+    assert result.returncode == 3, result.stderr
+    assert "⚠ unverified answer: the iteration budget ran out" in result.stdout
+    assert "It is 2." in result.stdout
+    assert result.stderr.strip().splitlines()[-1].startswith("fleet: unverified: the iteration budget ran out")
+
+
+def test_an_incomplete_turn_exits_4_and_failed_code_is_shown_under_it(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    model_server.script("root", *[rlm_step("Divide.", "x = 1\nprint(x / 0)")] * 4)
+    result = fleet(["run", "Divide"], tmp_path, model_env(model_server))
+    assert result.returncode == 4, result.stderr
+    assert result.stdout.count("✗ ZeroDivisionError: division by zero (line 2)") == 4
+    assert "◐ turn incomplete: the same code failed the same way 4 times in a row" in result.stdout
+    assert result.stderr.strip().splitlines()[-1].startswith("fleet: incomplete: the same code failed")

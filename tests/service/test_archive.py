@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 
 import pytest
 
+from fleet_rlm.service.archive import EVENT_BATCH
 from fleet_rlm.service.service import FleetService, TurnSubmission
 from fleet_rlm.store import Conflict, Invalid
 from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
@@ -79,3 +81,54 @@ async def test_a_tampered_or_foreign_archive_is_refused_and_leaves_nothing(
     assert junk.value.code == "invalid_archive"
     assert len(await service.store.list_sessions()) == sessions_before
     assert service.blobs.session_ids() == {s.id for s in await service.store.list_sessions()}
+
+
+def _archive(members: dict[str, bytes]) -> io.BytesIO:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    out.seek(0)
+    return out
+
+
+def _manifest() -> bytes:
+    turn = {"position": 1, "message": "m", "status": "completed", "answer": "a"}
+    session = {"name": None, "title": "t", "mode": None, "settings": {}}
+    return json.dumps({"format": "fleet-session-archive", "version": 1, "session": session, "turns": [turn]}).encode()
+
+
+def _events(seqs: list[int]) -> bytes:
+    lines = (
+        json.dumps({"type": "output", "seq": n, "turn_id": "x", "ts": 1.0, "span_id": "s", "data": {"text": str(n)}})
+        for n in seqs
+    )
+    return ("\n".join(lines) + "\n").encode()
+
+
+async def test_an_import_streams_many_events_in_batches_and_keeps_their_order(service: FleetService) -> None:
+    count = 2 * EVENT_BATCH + 17
+    archive = _archive({"manifest.json": _manifest(), "events/1.jsonl": _events(list(range(1, count + 1)))})
+    session = await service.import_session(archive, name="many")
+    [turn] = await service.list_turns(session.id)
+    events = await service.store.events_after(turn.id, 0, limit=10 * count)
+    assert [e.seq for e in events] == list(range(1, count + 1))
+    assert events[-1].data == {"text": str(count)}
+    assert not list(service.blobs.session_dir(session.id).glob("staging/*")), "the event spool was left behind"
+
+
+async def test_an_archive_out_of_order_or_with_unlisted_data_is_refused(service: FleetService) -> None:
+    cases = {
+        "comes after event": {"manifest.json": _manifest(), "events/1.jsonl": _events([1, 3, 2])},
+        "first entry": {"events/1.jsonl": _events([1]), "manifest.json": _manifest()},
+        "not a turn the manifest lists": {"manifest.json": _manifest(), "events/2.jsonl": _events([1])},
+        "not an event": {"manifest.json": _manifest(), "events/1.jsonl": b'{"type": "nonsense"}\n'},
+    }
+    for says, members in cases.items():
+        with pytest.raises(Invalid) as refused:
+            await service.import_session(_archive(members))
+        assert refused.value.code == "invalid_archive" and says in refused.value.message, refused.value.message
+    assert await service.store.list_sessions() == []
+    assert service.blobs.session_ids() == set()

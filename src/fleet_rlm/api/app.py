@@ -1,4 +1,10 @@
-"""The HTTP API: FastAPI over :class:`~fleet_rlm.service.service.FleetService`, under ``/api/v1``."""
+"""The HTTP API: FastAPI over :class:`~fleet_rlm.service.service.FleetService`, under ``/api/v1``.
+
+Each rule every request meets lives in one module (docs/security.md, section API): the Host check
+(:mod:`~fleet_rlm.api.hosts`), the Origin check and CORS (:mod:`~fleet_rlm.api.origins`), body limits
+(:mod:`~fleet_rlm.api.body_limits`), the token and stream tickets (:mod:`~fleet_rlm.api.auth`), and
+the access log's redaction (:mod:`~fleet_rlm.api.access_log`). Middleware runs outermost first.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
+from starlette.middleware import Middleware
 
+from fleet_rlm.api import access_log, contract, docs
 from fleet_rlm.api.auth import require_token
+from fleet_rlm.api.body_limits import BodyLimitMiddleware, route_limits
 from fleet_rlm.api.errors import install_error_handlers
+from fleet_rlm.api.hosts import HostCheckMiddleware
+from fleet_rlm.api.origins import OriginCheckMiddleware
 from fleet_rlm.api.routes import files, health, sessions, turns
+from fleet_rlm.api.tickets import TicketBook
 from fleet_rlm.config import Settings
 from fleet_rlm.service.service import FleetService
 
@@ -19,6 +31,7 @@ API_PREFIX = "/api/v1"
 def create_app(settings: Settings, service: FleetService | None = None) -> FastAPI:
     """The app; it starts the service (migrations, reconciliation, sandbox pool) on start-up."""
     fleet = service or FleetService(settings)
+    token = settings.api_token.get_secret_value() if settings.api_token else None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -33,15 +46,23 @@ def create_app(settings: Settings, service: FleetService | None = None) -> FastA
         summary="Durable sessions and turns of recursive language models, streamed live.",
         version="1",
         lifespan=lifespan,
-        openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        openapi_url=None,
+        docs_url=None,
         redoc_url=None,
+        middleware=[
+            Middleware(HostCheckMiddleware, allowed_hosts=settings.allowed_hosts),
+            Middleware(OriginCheckMiddleware, cors_origins=settings.cors_origins),
+            Middleware(BodyLimitMiddleware, limit_for=route_limits(settings, API_PREFIX)),
+        ],
     )
     app.state.service = fleet
-    app.state.api_token = settings.api_token.get_secret_value() if settings.api_token else None
+    app.state.api_token = token
+    app.state.tickets = TicketBook(token)
+    access_log.install(token)
     install_error_handlers(app)
+    contract.install(app)
     api = APIRouter(prefix=API_PREFIX, dependencies=[Depends(require_token)])
-    for module in (health, sessions, files, turns):
+    for module in (health, sessions, files, turns, docs):
         api.include_router(module.router)
     app.include_router(api)
     return app

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from fleet_rlm.api.tickets import TicketBook
 from fleet_rlm.service.service import FleetService
 
 
@@ -15,3 +16,11 @@ def _service(request: Request) -> FleetService:
 
 
 Service = Annotated[FleetService, Depends(_service)]
+
+
+def _tickets(request: Request) -> TicketBook:
+    tickets: TicketBook = request.app.state.tickets
+    return tickets
+
+
+Tickets = Annotated[TicketBook, Depends(_tickets)]

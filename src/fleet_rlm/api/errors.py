@@ -18,6 +18,13 @@ log = logging.getLogger(__name__)
 
 Responses = dict[int | str, dict[str, Any]]
 """The type of FastAPI's ``responses=`` (documented error bodies)."""
+CONNECTION_CLOSE = {
+    "Connection": {
+        "schema": {"type": "string"},
+        "description": "close: the rest of the body (past 1 MiB more) is not read",
+    }
+}
+"""The header of a 413: the server stops reading the body and closes the connection."""
 
 
 class ErrorBody(BaseModel):
@@ -38,7 +45,12 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
     return JSONResponse({"code": code, "message": message}, status_code=status, headers=headers)
 
 
-_STATUS_OF_CODE = {"idempotency_key_reused": 422, "invalid_settings": 422, "invalid_request": 422}
+_STATUS_OF_CODE = {
+    "idempotency_key_reused": 422,
+    "invalid_settings": 422,
+    "invalid_request": 422,
+    "archive_too_large": 413,
+}
 _HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "upload_too_large"}
 
 
@@ -67,7 +79,7 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
 
 def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    code = getattr(exc, "code", None) or _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
     return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
 
 

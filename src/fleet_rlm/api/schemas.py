@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from fleet_rlm.config import Mode
 from fleet_rlm.store import FileRecord, SessionRecord, TurnRecord
 
-TurnStatus = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"]
+TurnStatus = Literal["queued", "running", "completed", "incomplete", "failed", "cancelled", "interrupted"]
+AnswerSource = Literal["submitted", "extracted", "direct", "module"]
 
 
 class _Strict(BaseModel):
@@ -96,6 +97,11 @@ class TurnOut(BaseModel):
     options: dict[str, Any]
     status: TurnStatus
     answer: str | None
+    answer_source: AnswerSource | None = Field(
+        None, description="How the answer was reached: SUBMIT, extracted when the budget ran out, direct, flex module."
+    )
+    unverified: bool = Field(False, description="True when the answer was not checked by running code.")
+    unverified_reason: str | None = None
     error: str | None
     usage: dict[str, Any]
     artifacts: list[dict[str, Any]]
@@ -114,6 +120,9 @@ class TurnOut(BaseModel):
             options=record.options,
             status=record.status,  # type: ignore[arg-type]
             answer=record.answer,
+            answer_source=record.answer_source,  # type: ignore[arg-type]
+            unverified=record.unverified_reason is not None,
+            unverified_reason=record.unverified_reason,
             error=record.error,
             usage=record.usage,
             artifacts=record.artifacts,
@@ -126,6 +135,12 @@ class TurnOut(BaseModel):
 class TurnPage(BaseModel):
     items: list[TurnOut]
     next_after: int | None = Field(None, description="Pass as ?after= for the next page; null at the end.")
+
+
+class StreamTicket(BaseModel):
+    ticket: str = Field(description="Pass as ?ticket= on the event stream; good once, until expires_at.")
+    expires_at: dt.datetime
+    url: str = Field(description="The event stream's path with the ticket, ready for EventSource.")
 
 
 class Health(BaseModel):

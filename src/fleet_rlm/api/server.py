@@ -9,14 +9,19 @@ import sys
 import uvicorn
 
 from fleet_rlm.api.app import create_app
-from fleet_rlm.api.auth import is_loopback
+from fleet_rlm.api.hosts import is_loopback_name
 from fleet_rlm.config import ConfigError, Settings, load_settings
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
+log = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    return is_loopback_name(host.strip("[]").lower())
 
 
 def check_bind(settings: Settings, host: str) -> None:
-    """Binding anything but loopback exposes the API: require a token then."""
+    """Binding anything but loopback exposes the API: require a token then (an empty one is none)."""
     if not is_loopback(host) and settings.api_token is None:
         raise ConfigError(
             f"refusing to listen on {host}: it is not a loopback address, so set FLEET_API_TOKEN "
@@ -24,11 +29,25 @@ def check_bind(settings: Settings, host: str) -> None:
         )
 
 
+def server_settings(settings: Settings) -> Settings:
+    """A server refuses sandboxes it cannot bound unless sandbox_require_limits is set false."""
+    if settings.sandbox_require_limits is None:
+        return settings.model_copy(update={"sandbox_require_limits": True})
+    return settings
+
+
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
     host = host or settings.server_host
     port = port or settings.server_port
     check_bind(settings, host)
+    settings = server_settings(settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not is_loopback(host) and not settings.allowed_hosts:
+        log.warning(
+            "listening on %s, but only requests naming a loopback host are answered (others get 421): "
+            "list the names clients use for this server in FLEET_ALLOWED_HOSTS",
+            host,
+        )
     uvicorn.run(
         create_app(settings),
         host=host,

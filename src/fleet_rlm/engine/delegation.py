@@ -22,8 +22,10 @@ from typing import Any
 import dspy
 
 from fleet_rlm.config import Settings
+from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.events import EventEmitter, EventType, new_id
+from fleet_rlm.engine.honesty import LoopGuard, could_not_compute, incomplete_in
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM
 from fleet_rlm.engine.observe import ObservedSandbox, RLMCallbacks, TurnObserver, TurnTrace
@@ -70,8 +72,9 @@ class Delegation:
         def spawn_agent(task: str, files: list[str] | None = None, context: str | None = None) -> dict[str, Any]:
             """Run a child agent on `task` in its own sandbox; `files` are workspace paths (e.g. 'files/a.csv')
             copied into the child's files/, `context` is text it is told. Returns a dict with status
-            ('completed', 'failed', 'timeout', 'cancelled', 'refused'), answer, error, artifacts (paths in your
-            workspace under artifacts/children/<child_id>/) and child_id."""
+            ('completed', 'incomplete', 'failed', 'timeout', 'cancelled', 'refused'), answer, unverified (True when
+            the child ran out of iterations and its answer was extracted, not checked by code), error, artifacts
+            (paths in your workspace under artifacts/children/<child_id>/) and child_id."""
             return self.run_child(task, files or [], context, depth=depth + 1, parent=parent, workspace=workspace)
 
         def spawn_agents(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -117,7 +120,15 @@ def _spec(item: Any) -> tuple[str, list[str], str | None, str | None]:
 
 
 def _result(child_id: str, status: str, **extra: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"child_id": child_id, "status": status, "answer": None, "error": None, "artifacts": []}
+    base: dict[str, Any] = {
+        "child_id": child_id,
+        "status": status,
+        "answer": None,
+        "answer_source": None,
+        "unverified": False,
+        "error": None,
+        "artifacts": [],
+    }
     base.update(extra)
     return base
 
@@ -152,6 +163,7 @@ class ChildRun:
             delegation.settings.child_max_iterations,
             root_span=self.span,
             parent_span=parent.iteration_span,
+            guard=LoopGuard.from_settings(delegation.settings),
         )
 
     def run(self) -> dict[str, Any]:
@@ -205,9 +217,18 @@ class ChildRun:
                 sandbox.interrupt()
             return _result(self.child_id, "timeout", error=f"child agent exceeded its deadline of {deadline:.0f}s")
         if "error" in outcome:
-            return _result(self.child_id, outcome["status"], error=outcome["error"])
+            return _result(self.child_id, outcome["status"], error=outcome["error"], answer=outcome.get("answer"))
         artifacts, provenance = self._promote(workspace)
-        return _result(self.child_id, "completed", answer=outcome["answer"], artifacts=artifacts, provenance=provenance)
+        extracted = self.trace.extracted
+        return _result(
+            self.child_id,
+            "completed",
+            answer=outcome["answer"],
+            answer_source="extracted" if extracted else "submitted",
+            unverified=extracted,
+            artifacts=artifacts,
+            provenance=provenance,
+        )
 
     def _copy_inputs(self, workspace: Workspace) -> None:
         """The files the parent named, read without following links, into the child's ``files/``."""
@@ -235,7 +256,7 @@ class ChildRun:
             sandbox = self.d.backend.create(spec)
             self.sandboxes.append(sandbox)
             self.d.register_sandbox(sandbox)
-            return ObservedSandbox(sandbox, self.trace, lambda: None)
+            return ObservedSandbox(sandbox, self.trace, lambda: None, BridgeGuard.for_settings(self.d.settings))
 
         factory.execution_instructions = self.d.backend.execution_instructions  # type: ignore[attr-defined]
         rlm = build_rlm(
@@ -245,6 +266,8 @@ class ChildRun:
             sub_lm=MeteredLM(self.d.sub_lm, budget, f"child-sub:{self.child_id}", streaming=False),
             interpreter_factory=factory,
             tools=self.d.tools(depth=self.depth, parent=self.trace, workspace=workspace) or None,
+            guard=self.trace.guard,
+            on_extract=self.trace.mark_extracted,
         )
         inputs = {
             "task": Text(self.task),
@@ -322,6 +345,9 @@ def _child_failure(exc: BaseException, budget: TurnBudget) -> dict[str, str]:
     cause = budget_error_in(exc)
     if isinstance(cause, TurnCancelled) or budget.cancelled:
         return {"status": "cancelled", "error": "the turn was cancelled"}
+    incomplete = incomplete_in(exc)
+    if incomplete is not None:
+        return {"status": "incomplete", "error": str(incomplete), "answer": could_not_compute(str(incomplete))}
     if cause is not None:
         return {"status": "failed", "error": str(cause)}
     return {"status": "failed", "error": one_line(exc)}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class EventType(StrEnum):
@@ -29,6 +29,7 @@ class EventType(StrEnum):
     REASONING = "reasoning"
     CODE = "code"
     OUTPUT = "output"
+    EXECUTION_FAILED = "execution.failed"
     TOOL_STARTED = "tool.started"
     TOOL_FINISHED = "tool.finished"
     CHILD_STARTED = "child.started"
@@ -38,13 +39,20 @@ class EventType(StrEnum):
     WARNING = "warning"
     HEARTBEAT = "heartbeat"
     TURN_COMPLETED = "turn.completed"
+    TURN_INCOMPLETE = "turn.incomplete"
     TURN_FAILED = "turn.failed"
     TURN_CANCELLED = "turn.cancelled"
     TURN_INTERRUPTED = "turn.interrupted"
 
 
 TERMINAL_TYPES = frozenset(
-    {EventType.TURN_COMPLETED, EventType.TURN_FAILED, EventType.TURN_CANCELLED, EventType.TURN_INTERRUPTED}
+    {
+        EventType.TURN_COMPLETED,
+        EventType.TURN_INCOMPLETE,
+        EventType.TURN_FAILED,
+        EventType.TURN_CANCELLED,
+        EventType.TURN_INTERRUPTED,
+    }
 )
 
 

@@ -15,11 +15,15 @@ from dspy.predict.rlm import _strip_code_fences
 from dspy.primitives.code_interpreter import CodeExecutionError
 from dspy.utils.callback import BaseCallback
 
+from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.events import EventEmitter, EventType, new_id
-from fleet_rlm.sandbox.base import Sandbox
+from fleet_rlm.engine.honesty import LoopGuard
+from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, Sandbox
 from fleet_rlm.workspace.tree import SafeTree
 
 PREVIEW_CHARS = 200
+MAX_TRACEBACK_LINES = 30
+MAX_TRACEBACK_CHARS = 4000
 
 
 class TurnTrace:
@@ -37,8 +41,12 @@ class TurnTrace:
         *,
         root_span: str | None = None,
         parent_span: str | None = None,
+        guard: LoopGuard | None = None,
     ) -> None:
         self.emitter = emitter
+        self.guard = guard or LoopGuard(warn_after=2, stop_after=4)
+        self.extracted = False
+        """True once the answer came from the extract step (the iteration budget ran out)."""
         self.max_iterations = max_iterations
         self.root_span = root_span or emitter.root_span
         self.parent_span = parent_span
@@ -60,6 +68,17 @@ class TurnTrace:
             self.emitter.emit(type, data, span_id=self.iteration_span, parent_span_id=self.root_span)
         else:
             self.emitter.emit(type, data, span_id=span_id, parent_span_id=self.iteration_span)
+
+    def mark_extracted(self) -> None:
+        """The extract step is about to answer from the work so far: say so, the answer is unverified."""
+        self.extracted = True
+        self.emit(
+            EventType.WARNING,
+            {
+                "message": f"iteration budget of {self.max_iterations} reached: the answer is extracted from the "
+                "work so far and was not checked by running code (unverified)"
+            },
+        )
 
     def warn_skipped(self, tree: SafeTree, *, in_iteration: bool = False) -> None:
         """A warning for each link or special file the host met in ``tree`` and left alone (once each)."""
@@ -100,13 +119,6 @@ class RLMCallbacks(BaseCallback):  # type: ignore[misc]
             trace.emit(
                 EventType.BUDGET_EXHAUSTED,
                 {"budget": "iterations", "limit": trace.max_iterations, "used": trace.iteration},
-            )
-            trace.emit(
-                EventType.WARNING,
-                {
-                    "message": f"iteration budget of {trace.max_iterations} reached: "
-                    "the answer is extracted from the work so far"
-                },
             )
 
     def on_module_end(self, call_id: str, outputs: Any | None, exception: Exception | None = None) -> None:
@@ -149,16 +161,18 @@ class TurnObserver:
 
 
 class ObservedSandbox:
-    """A sandbox as the turn uses it; DSPy sees the same ``CodeInterpreter`` surface."""
+    """A sandbox as the turn uses it; DSPy sees the same ``CodeInterpreter`` surface.
 
-    def __init__(self, inner: Sandbox, trace: TurnTrace, after_execute: Callable[[], None]) -> None:
+    ``tools`` is what DSPy and Fleet register; the sandbox itself only ever gets the checked
+    tools ``guard`` makes of them, at each execution.
+    """
+
+    def __init__(self, inner: Sandbox, trace: TurnTrace, after_execute: Callable[[], None], guard: BridgeGuard) -> None:
         self._inner = inner
         self._trace = trace
         self._after_execute = after_execute
-
-    @property
-    def tools(self) -> dict[str, Callable[..., Any]]:
-        return self._inner.tools
+        self._guard = guard
+        self.tools: dict[str, Callable[..., Any]] = {}
 
     @property
     def output_fields(self) -> list[dict[str, Any]] | None:
@@ -176,12 +190,25 @@ class ObservedSandbox:
         self._inner.start()
 
     def execute(self, code: str, variables: dict[str, Any] | None = None) -> Any:
+        self._inner.tools = self._guard.bridge(self.tools)
+        trace = self._trace
+        own_code = trace.iteration > 0  # DSPy's setup executions come before the first iteration
         try:
-            return self._inner.execute(code, variables)
-        except (CodeExecutionError, SyntaxError):
-            with self._trace.lock:
-                self._trace.sandbox_errors += 1
+            result = self._inner.execute(code, variables)
+        except (CodeExecutionError, SyntaxError) as exc:
+            with trace.lock:
+                trace.sandbox_errors += 1
+            failure = describe_failure(exc)
+            trace.emit_in_iteration(EventType.EXECUTION_FAILED, failure)
+            if own_code:
+                advice = trace.guard.advice(trace.guard.failure(code, failure["error_type"], failure["message"]))
+                if advice is not None:
+                    raise CodeExecutionError(f"{exc}\n\n{advice}") from exc
             raise
+        else:
+            if own_code:
+                trace.guard.success()
+            return result
         finally:
             self._after_execute()
 
@@ -190,6 +217,30 @@ class ObservedSandbox:
 
     def shutdown(self) -> None:
         self._inner.shutdown()
+
+
+def describe_failure(exc: BaseException) -> dict[str, Any]:
+    """The ``execution.failed`` event's data: what failed, where, and the traceback the model saw."""
+    if isinstance(exc, CodeFailed):
+        return {
+            "error_type": exc.error_type,
+            "message": exc.message,
+            "line": exc.line,
+            "traceback": _trimmed(exc.traceback),
+        }
+    if isinstance(exc, SyntaxError):
+        line = exc.line if isinstance(exc, CodeSyntaxError) else exc.lineno
+        return {"error_type": "SyntaxError", "message": exc.msg or str(exc), "line": line, "traceback": ""}
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return {"error_type": type(exc).__name__, "message": lines[-1] if lines else "", "line": None, "traceback": ""}
+
+
+def _trimmed(text: str) -> str:
+    lines = text.splitlines()
+    if len(lines) > MAX_TRACEBACK_LINES:
+        lines = [lines[0], f"  [... {len(lines) - MAX_TRACEBACK_LINES} lines ...]", *lines[-MAX_TRACEBACK_LINES + 1 :]]
+    text = "\n".join(lines)
+    return text if len(text) <= MAX_TRACEBACK_CHARS else "..." + text[-MAX_TRACEBACK_CHARS:]
 
 
 def _runnable(code: str) -> str:

@@ -7,6 +7,8 @@ from typing import Any
 
 import dspy
 
+from fleet_rlm.engine.bridge.allowlist import sub_agent_guidance
+from fleet_rlm.engine.honesty import GuardedExtract, LoopGuard
 from fleet_rlm.engine.inputs import Text
 
 
@@ -27,6 +29,14 @@ class FleetTask(dspy.Signature):  # type: ignore[misc]
     answer: str = dspy.OutputField(desc="The final answer for the person, in Markdown.")
 
 
+class FleetRLM(dspy.RLM):  # type: ignore[misc]
+    """``dspy.RLM`` telling the model about the sub-agents Fleet's bridge builds, not DSPy's full set."""
+
+    def _setup_facade(self, repl: Any, budget: Any, interpreter_factory: Callable[[], Any]) -> str:
+        rules = super()._setup_facade(repl, budget, interpreter_factory)
+        return sub_agent_guidance(delegation="spawn_agent" in self.tools) if rules else ""
+
+
 def build_rlm(
     *,
     max_iterations: int,
@@ -35,8 +45,12 @@ def build_rlm(
     sub_lm: Any,
     interpreter_factory: Callable[[], Any],
     tools: list[Callable[..., Any]] | None = None,
-) -> dspy.RLM:
-    return dspy.RLM(
+    guard: LoopGuard | None = None,
+    on_extract: Callable[[], None] | None = None,
+) -> FleetRLM:
+    """Fleet's ``dspy.RLM``. With ``guard``, its extract step refuses to answer when no code ever
+    ran successfully, and calls ``on_extract`` before it answers from the work so far."""
+    rlm = FleetRLM(
         FleetTask,
         max_iters=max_iterations,
         # Fleet's own budget counts root and sub-model calls on one counter and fires first.
@@ -46,6 +60,9 @@ def build_rlm(
         interpreter_factory=interpreter_factory,
         tools=tools,
     )
+    if guard is not None:
+        rlm.extract = GuardedExtract(rlm.extract.signature, guard, on_extract)
+    return rlm
 
 
 def render_history(entries: list[tuple[str, str | None]], *, max_chars: int = 6000) -> str:

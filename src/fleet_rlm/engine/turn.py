@@ -20,9 +20,11 @@ import dspy
 from dspy.primitives.code_interpreter import CodeInterpreterError
 
 from fleet_rlm.config import Settings
+from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.delegation import Delegation
 from fleet_rlm.engine.events import SCHEMA_VERSION, EventEmitter, EventSink, EventType, new_id
+from fleet_rlm.engine.honesty import UNVERIFIED_REASON, LoopGuard, could_not_compute, incomplete_in
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM, build_lm
 from fleet_rlm.engine.observe import ObservedSandbox, TurnObserver, TurnTrace
@@ -38,7 +40,12 @@ from fleet_rlm.workspace.snapshot import changed_between, snapshot
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 from fleet_rlm.workspace.walk import stat_file
 
-TurnStatus = Literal["completed", "failed", "cancelled"]
+TurnStatus = Literal["completed", "incomplete", "failed", "cancelled"]
+AnswerSource = Literal["submitted", "extracted", "direct", "module"]
+"""How a completed turn's answer was reached: the model called SUBMIT (rlm); the iteration budget ran
+out and it was extracted from the work so far (rlm, unverified); the model answered without code
+(direct); the flex module returned it (flex)."""
+ROUTE_ANSWER_SOURCE: dict[str, AnswerSource] = {"direct": "direct", "flex": "module"}
 
 
 @dataclass
@@ -69,12 +76,19 @@ class TurnOutcome:
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     route: str | None = None
     """The route that ran (direct, flex, rlm); None when the turn ended before one was chosen."""
+    answer_source: AnswerSource | None = None
+    unverified_reason: str | None = None
+    """Set when the answer was not checked by running code (it was extracted): why."""
+
+    @property
+    def unverified(self) -> bool:
+        return self.unverified_reason is not None
 
 
 def default_backend(settings: Settings) -> SandboxBackend:
     from fleet_rlm.sandbox.local import LocalSandboxBackend
 
-    return LocalSandboxBackend(allow_unisolated=settings.sandbox_allow_unisolated)
+    return LocalSandboxBackend.from_settings(settings)
 
 
 class Turn:
@@ -100,7 +114,7 @@ class Turn:
             prices=dict(settings.model_prices),
             max_children=settings.max_children_per_turn,
         )
-        self.trace = TurnTrace(self.emitter, self.max_iterations)
+        self.trace = TurnTrace(self.emitter, self.max_iterations, guard=LoopGuard.from_settings(settings))
         self._sandboxes: list[Sandbox] = []
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -213,7 +227,9 @@ class Turn:
         self.route = choice.route
         answer = run_route(ctx, choice)
         self.budget.check_alive()
-        return TurnOutcome(status="completed", answer=answer)
+        if self.trace.extracted:
+            return TurnOutcome("completed", answer, answer_source="extracted", unverified_reason=UNVERIFIED_REASON)
+        return TurnOutcome("completed", answer, answer_source=ROUTE_ANSWER_SOURCE.get(choice.route, "submitted"))
 
     def _delegation(self) -> Delegation:
         return Delegation(
@@ -247,7 +263,9 @@ class Turn:
             self.budget.check_alive()
             sandbox = self.backend.create(spec)
             self._register_sandbox(sandbox)
-            return ObservedSandbox(sandbox, self.trace, self._announce_artifacts)
+            return ObservedSandbox(
+                sandbox, self.trace, self._announce_artifacts, BridgeGuard.for_settings(self.settings)
+            )
 
         factory.execution_instructions = self.backend.execution_instructions  # type: ignore[attr-defined]
         return factory
@@ -273,6 +291,10 @@ class Turn:
     def _failure(self, exc: BaseException) -> TurnOutcome:
         if isinstance(exc, TurnCancelled) or self.budget.cancelled:
             return TurnOutcome(status="cancelled", error="the turn was cancelled")
+        incomplete = incomplete_in(exc)
+        if incomplete is not None:
+            reason = str(incomplete)
+            return TurnOutcome(status="incomplete", answer=could_not_compute(reason), error=reason)
         if isinstance(exc, BudgetExceeded):
             self.emitter.emit(EventType.BUDGET_EXHAUSTED, {"budget": exc.kind, "limit": exc.limit})
             return TurnOutcome(status="failed", error=str(exc))
@@ -296,7 +318,19 @@ class Turn:
         if outcome.status == "completed":
             self.emitter.emit(
                 EventType.TURN_COMPLETED,
-                {"answer": outcome.answer, "usage": outcome.usage, "artifacts": outcome.artifacts},
+                {
+                    "answer": outcome.answer,
+                    "answer_source": outcome.answer_source,
+                    "unverified": outcome.unverified,
+                    "unverified_reason": outcome.unverified_reason,
+                    "usage": outcome.usage,
+                    "artifacts": outcome.artifacts,
+                },
+            )
+        elif outcome.status == "incomplete":
+            self.emitter.emit(
+                EventType.TURN_INCOMPLETE,
+                {"answer": outcome.answer, "reason": outcome.error, "usage": outcome.usage},
             )
         elif outcome.status == "cancelled":
             self.emitter.emit(EventType.TURN_CANCELLED, {"reason": outcome.error, "usage": outcome.usage})

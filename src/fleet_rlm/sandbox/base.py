@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from dspy.primitives.code_interpreter import CodeExecutionError
+
 from fleet_rlm.config import Settings
 from fleet_rlm.sandbox.volume import Volume, plain_volume
 
@@ -109,6 +111,26 @@ class BackendCheck:
     ok: bool
     message: str
     fix: str | None = None
+
+
+class CodeFailed(CodeExecutionError):  # type: ignore[misc]
+    """Guest code failed. ``str()`` is what the model sees (output, trimmed traceback, hints); the
+    parts are for the person: the exception's type and message and the line of the code it failed on."""
+
+    def __init__(self, text: str, *, error_type: str, message: str, line: int | None, traceback: str = "") -> None:
+        super().__init__(text)
+        self.error_type = error_type
+        self.message = message
+        self.line = line
+        self.traceback = traceback
+
+
+class CodeSyntaxError(SyntaxError):
+    """Guest code did not compile; ``line`` is where (the message already says it to the model)."""
+
+    def __init__(self, text: str, line: int | None) -> None:
+        super().__init__(text)
+        self.line = line
 
 
 class SandboxUnavailable(RuntimeError):

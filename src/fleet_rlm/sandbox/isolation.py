@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
+import pkgutil
 import random
 import resource
 import subprocess
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet_rlm.sandbox.base import SandboxLimits
+from fleet_rlm.sandbox.guard import SandboxGuard
+from fleet_rlm.sandbox.protections import MachineProtections
 
 WORKSPACE_MOUNT = "/workspace"
 WORKER_MOUNT = "/opt/fleet/worker.py"
@@ -34,37 +38,82 @@ SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/et
 NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
 SANDBOX_UID_BASE = 200_000
 SANDBOX_UID_SPAN = 1_000_000
+BWRAP_TASKS = 2  # bubblewrap's own two processes, which share the sandbox's cgroups
 PIPE_SIZE = 1 << 20
 
 
 @dataclass(frozen=True)
 class PythonRuntime:
-    """The interpreter a worker runs on and the directories it needs (its prefixes)."""
+    """The interpreter a worker runs on, the directories it needs (its prefixes) and its import path."""
 
     executable: str
     prefixes: tuple[str, ...]
+    path: tuple[str, ...] = ()
 
     @classmethod
     def current(cls) -> PythonRuntime:
-        return cls.of(sys.executable, (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix))
+        prefixes = (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+        return cls.of(sys.executable, prefixes, tuple(sys.path))
 
     @classmethod
     def probe(cls, executable: str) -> PythonRuntime:
         """Ask another interpreter where it lives (one short subprocess)."""
-        script = "import sys; print(sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, sep='\\n')"
+        script = (
+            "import sys; print(sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, sep='\\n'); "
+            "print('\\0'.join(sys.path))"
+        )
         try:
             found = subprocess.run(
                 [executable, "-I", "-c", script], capture_output=True, text=True, timeout=30, check=True
             )
         except (OSError, subprocess.SubprocessError) as exc:
             raise ValueError(f"python executable {executable!r} cannot be used for sandboxes: {exc}") from exc
-        return cls.of(executable, tuple(found.stdout.split("\n")[:4]))
+        lines = found.stdout.split("\n")
+        return cls.of(executable, tuple(lines[:4]), tuple(lines[4].split("\0")) if len(lines) > 4 else ())
 
     @classmethod
-    def of(cls, executable: str, prefixes: tuple[str, ...]) -> PythonRuntime:
+    def of(cls, executable: str, prefixes: tuple[str, ...], path: tuple[str, ...] = ()) -> PythonRuntime:
         real_bin_dir = os.path.dirname(os.path.realpath(executable))
         dirs = {os.path.abspath(p) for p in (*prefixes, os.path.dirname(real_bin_dir)) if p}
-        return cls(os.path.abspath(executable), tuple(sorted(dirs)))
+        return cls(os.path.abspath(executable), tuple(sorted(dirs)), path)
+
+    def site_directories(self) -> list[str]:
+        """The import path's package directories that the sandbox sees (those inside the prefixes)."""
+        return [
+            entry
+            for entry in self.path
+            if os.path.basename(entry) in ("site-packages", "dist-packages")
+            and any(entry == prefix or entry.startswith(prefix + os.sep) for prefix in self.prefixes)
+        ]
+
+
+MAX_LISTED_PACKAGES = 60
+
+
+@functools.cache
+def importable_packages(runtime: PythonRuntime) -> str:
+    """A sentence for the model: what it can import in the sandbox besides the standard library.
+
+    Read from the runtime's package directories by name only: nothing is imported.
+    """
+    stdlib = set(sys.stdlib_module_names)
+    names = sorted(
+        {
+            module.name
+            for module in pkgutil.iter_modules(runtime.site_directories())
+            if module.name.isidentifier() and not module.name.startswith("_") and "__" not in module.name
+        }
+        - stdlib,
+        key=str.lower,
+    )
+    shown = names[:MAX_LISTED_PACKAGES]
+    more = f" and {len(names) - len(shown)} more" if len(names) > len(shown) else ""
+    listed = ", ".join(shown) if shown else "none"
+    return (
+        "You can import the Python standard library and these installed packages: "
+        f"{listed}{more}. Nothing else can be installed (there is no network); a package missing from this "
+        "list is not available, so use the standard library instead (csv, json, statistics, sqlite3, ...)."
+    )
 
 
 @dataclass
@@ -78,10 +127,34 @@ class LaunchedWorker:
     stderr_fd: int
     uid: int | None = None
     release: Callable[[], None] = field(default_factory=lambda: _nothing)
+    guard: SandboxGuard | None = None  # the whole-sandbox limits; released (torn down) by ``release``
+
+    def kill_everything(self) -> None:
+        """SIGKILL every process of the sandbox, wherever it went (its cgroups hold them all)."""
+        if self.guard is not None:
+            self.guard.kill_all()
+
+    def limit_notice(self) -> str | None:
+        """What a whole-sandbox limit did since the last call (e.g. a process killed for memory)."""
+        return self.guard.notice() if self.guard is not None else None
+
+    def limit_reason(self) -> str | None:
+        """Why the sandbox died, when a whole-sandbox limit explains it."""
+        return self.guard.death_reason() if self.guard is not None else None
 
 
 def _nothing() -> None:
     return None
+
+
+def _then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    def both() -> None:
+        try:
+            first()
+        finally:
+            second()
+
+    return both
 
 
 class Launcher:
@@ -89,8 +162,46 @@ class Launcher:
 
     isolated = False
 
-    def __init__(self, runtime: PythonRuntime) -> None:
+    def __init__(self, runtime: PythonRuntime, protections: MachineProtections | None = None) -> None:
         self.runtime = runtime
+        self.protections = protections
+
+    def _guard(self, limits: SandboxLimits, overhead_tasks: int) -> SandboxGuard | None:
+        """The prepared whole-sandbox limits for one launch (None when none apply)."""
+        if self.protections is None:
+            return None
+        guard = self.protections.guard(limits, overhead_tasks)
+        guard.prepare()
+        return guard
+
+    def _launch_guarded(
+        self,
+        guard: SandboxGuard | None,
+        argv: list[str],
+        worker_args: list[str],
+        env: dict[str, str],
+        cwd: str,
+        preexec: Callable[[], None],
+    ) -> LaunchedWorker:
+        """Spawn with the guard's cgroups entered before exec; the guard is torn down if that fails."""
+        if guard is None:
+            return self._spawn(argv, worker_args, env, cwd, preexec)
+
+        sandbox = guard
+
+        def enter_then() -> None:
+            sandbox.enter()
+            preexec()
+
+        try:
+            launched = self._spawn(argv, worker_args, env, cwd, enter_then, guard.pass_fds)
+        except BaseException:
+            guard.teardown()
+            raise
+        guard.launched()
+        launched.guard = guard
+        launched.release = guard.teardown
+        return launched
 
     def launch(self, workspace: Path, limits: SandboxLimits) -> LaunchedWorker:
         raise NotImplementedError
@@ -114,6 +225,7 @@ class Launcher:
         env: dict[str, str],
         cwd: str,
         preexec: Callable[[], None],
+        pass_fds: tuple[int, ...] = (),
     ) -> LaunchedWorker:
         command_r, command_w = os.pipe()
         reply_r, reply_w = os.pipe()
@@ -129,7 +241,7 @@ class Launcher:
                 stdin=subprocess.DEVNULL,
                 stdout=stdout_w,
                 stderr=stderr_w,
-                pass_fds=(command_r, reply_w),
+                pass_fds=(command_r, reply_w, *pass_fds),
                 env=env,
                 cwd=cwd,
                 start_new_session=True,
@@ -153,7 +265,9 @@ class UnisolatedLauncher(Launcher):
         nproc = limits.max_processes + (user_task_count() if os.getuid() != 0 else 0)
         argv = [self.runtime.executable, "-I", str(WORKER_SOURCE)]
         worker_args = [*limit_arguments(limits), f"workdir={workspace}"]
-        return self._spawn(argv, worker_args, self.environment(str(workspace)), str(workspace), rlimits(limits, nproc))
+        guard = self._guard(limits, 0)
+        env = self.environment(str(workspace))
+        return self._launch_guarded(guard, argv, worker_args, env, str(workspace), rlimits(limits, nproc))
 
 
 class BubblewrapLauncher(Launcher):
@@ -161,8 +275,8 @@ class BubblewrapLauncher(Launcher):
 
     isolated = True
 
-    def __init__(self, runtime: PythonRuntime, bwrap: str) -> None:
-        super().__init__(runtime)
+    def __init__(self, runtime: PythonRuntime, bwrap: str, protections: MachineProtections | None = None) -> None:
+        super().__init__(runtime, protections)
         self.bwrap = bwrap
         self.privileged = os.getuid() == 0
 
@@ -175,19 +289,23 @@ class BubblewrapLauncher(Launcher):
             nproc = limits.max_processes
         else:
             nproc = limits.max_processes + user_task_count()
-        argv = [*self.bwrap_arguments(workspace), self.runtime.executable, "-I", WORKER_MOUNT]
+        guard: SandboxGuard | None = None
         try:
-            launched = self._spawn(argv, worker_args, {}, "/", rlimits(limits, nproc))
+            guard = self._guard(limits, BWRAP_TASKS)
+            argv = [*self.bwrap_arguments(workspace, guard), self.runtime.executable, "-I", WORKER_MOUNT]
+            launched = self._launch_guarded(guard, argv, worker_args, {}, "/", rlimits(limits, nproc))
         except BaseException:
+            if guard is not None:
+                guard.teardown()
             if uid is not None:
                 _uids.release(uid)
             raise
         if uid is not None:
             launched.uid = uid
-            launched.release = lambda: _uids.release(uid)
+            launched.release = _then(launched.release, lambda: _uids.release(uid))
         return launched
 
-    def bwrap_arguments(self, workspace: Path) -> list[str]:
+    def bwrap_arguments(self, workspace: Path, guard: SandboxGuard | None = None) -> list[str]:
         mounts = MountPlan()
         for path in SYSTEM_PATHS:
             mounts.system(path)
@@ -196,7 +314,7 @@ class BubblewrapLauncher(Launcher):
                 mounts.read_only(path, path)
         mounts.special(["--proc", "/proc"], "/proc")
         mounts.special(["--dev", "/dev"], "/dev")
-        mounts.special(["--perms", "01777", "--tmpfs", "/tmp"], "/tmp")
+        mounts.special(guard.bwrap_tmp_arguments() if guard else ["--perms", "01777", "--tmpfs", "/tmp"], "/tmp")
         for prefix in self.runtime.prefixes:
             mounts.read_only(prefix, prefix)
         mounts.read_only(str(WORKER_SOURCE), WORKER_MOUNT)
@@ -206,7 +324,7 @@ class BubblewrapLauncher(Launcher):
             args += ["--setenv", name, value]
         # The worker enters the workspace itself at its first execution: the host gives the sandbox uid
         # the workspace while the worker boots, so it may not be enterable yet.
-        args += [*mounts.arguments(), "--chdir", "/tmp"]
+        args += [*mounts.arguments(), "--chdir", "/tmp", *(guard.bwrap_seccomp_arguments() if guard else [])]
         if self.privileged:
             args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         return args

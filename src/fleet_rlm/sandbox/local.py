@@ -14,14 +14,32 @@ from dspy.primitives.code_interpreter import CodeInterpreterError
 
 from fleet_rlm.config import Settings
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxSpec, SandboxUnavailable
-from fleet_rlm.sandbox.isolation import BubblewrapLauncher, Launcher, PythonRuntime, UnisolatedLauncher
+from fleet_rlm.sandbox.isolation import (
+    BubblewrapLauncher,
+    Launcher,
+    PythonRuntime,
+    UnisolatedLauncher,
+    importable_packages,
+)
 from fleet_rlm.sandbox.local_sandbox import DEFAULT_INTERRUPT_GRACE, LocalSandbox
+from fleet_rlm.sandbox.protections import (
+    MachineProtections,
+    Protection,
+    ProtectionOptions,
+    missing_protections,
+    protections_report,
+    refusal,
+)
 from fleet_rlm.sandbox.volume import Volume, VolumeError, bounded_volume, plain_volume, quota_support
 
 log = logging.getLogger(__name__)
 INSTALL_FIX = (
     "install bubblewrap: apt-get install bubblewrap (or dnf install bubblewrap, pacman -S bubblewrap); "
     "or set FLEET_SANDBOX_ALLOW_UNISOLATED=true to run code WITHOUT isolation"
+)
+LIMITS_FIX = (
+    "run Fleet as root with writable cgroups, libseccomp2, loop devices and e2fsprogs (docs/security.md); "
+    "or set FLEET_SANDBOX_REQUIRE_LIMITS=false to run sandboxes without the missing bounds"
 )
 # What the probe in check() may find in the sandbox's environment.
 SANDBOX_ENVIRONMENT = frozenset(
@@ -51,19 +69,21 @@ print(json.dumps(found))
 """
 
 
+EXECUTION_INSTRUCTIONS = (
+    "Code runs as Python in a persistent, isolated sandbox process: there is no network access and the "
+    "environment is empty. The working directory is your workspace (read and write files there); /tmp is "
+    "private scratch space; the rest of the file system is read-only or hidden. Variables, imports and "
+    "functions persist between executions. Host tools and SUBMIT are global functions; their arguments and "
+    "results must be JSON-compatible, and they may be called from several threads at once. The value of a "
+    "trailing expression is printed, as in a Python REPL. Each execution has a time limit (long-running code "
+    "is interrupted) and very long output is cut."
+)
+
+
 class LocalSandboxBackend(SandboxBackend):
     """Makes :class:`LocalSandbox` es. Refuses to run code unisolated unless explicitly allowed."""
 
     name = "local"
-    execution_instructions = (
-        "Code runs as Python in a persistent, isolated sandbox process: there is no network access and the "
-        "environment is empty. The working directory is your workspace (read and write files there); /tmp is "
-        "private scratch space; the rest of the file system is read-only or hidden. Variables, imports and "
-        "functions persist between executions. Host tools and SUBMIT are global functions; their arguments and "
-        "results must be JSON-compatible, and they may be called from several threads at once. The value of a "
-        "trailing expression is printed, as in a Python REPL. Each execution has a time limit (long-running code "
-        "is interrupted) and very long output is cut."
-    )
 
     def __init__(
         self,
@@ -71,15 +91,23 @@ class LocalSandboxBackend(SandboxBackend):
         python: str | None = None,
         *,
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
+        protections: ProtectionOptions | None = None,
+        require_limits: bool = False,
     ) -> None:
         self.allow_unisolated = allow_unisolated
         self.python = python
         self.interrupt_grace = interrupt_grace
+        self.protection_options = protections or ProtectionOptions()
+        self.require_limits = require_limits
         self._runtime: PythonRuntime | None = None
+        self.execution_instructions = f"{EXECUTION_INSTRUCTIONS} {importable_packages(self.runtime())}"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LocalSandboxBackend:
-        return cls(allow_unisolated=settings.sandbox_allow_unisolated)
+        return cls(
+            allow_unisolated=settings.sandbox_allow_unisolated,
+            require_limits=bool(settings.sandbox_require_limits),
+        )
 
     @property
     def bwrap(self) -> str | None:
@@ -95,13 +123,23 @@ class LocalSandboxBackend(SandboxBackend):
             self._runtime = PythonRuntime.probe(self.python) if self.python else PythonRuntime.current()
         return self._runtime
 
+    def machine_protections(self) -> MachineProtections:
+        """What this machine enforces for this backend's sandboxes (detected once per process; the
+        first detection also reaps cgroups and /tmp mounts that dead Fleet processes left)."""
+        bwrap = self.bwrap
+        return MachineProtections.detect(self.protection_options, isolated=bwrap is not None, bwrap=bwrap)
+
+    def protections_report(self, limits: SandboxLimits | None = None) -> list[Protection]:
+        """Each whole-sandbox protection, enforced or missing here, with a one-line reason."""
+        return protections_report(self.machine_protections(), limits or SandboxLimits())
+
     def launcher(self) -> Launcher:
         """How this machine will run workers; raises SandboxUnavailable without bubblewrap."""
         bwrap = self.bwrap
         if bwrap is not None:
-            return BubblewrapLauncher(self.runtime(), bwrap)
+            return BubblewrapLauncher(self.runtime(), bwrap, self.machine_protections())
         if self.allow_unisolated:
-            return UnisolatedLauncher(self.runtime())
+            return UnisolatedLauncher(self.runtime(), self.machine_protections())
         raise SandboxUnavailable(f"bubblewrap (bwrap) is not installed, so code cannot run isolated; {INSTALL_FIX}")
 
     def workspace_volume(self, directory: Path, limits: SandboxLimits) -> Volume:
@@ -110,11 +148,18 @@ class LocalSandboxBackend(SandboxBackend):
             try:
                 return bounded_volume(directory, disk_mb=limits.disk_mb, max_files=limits.max_files)
             except VolumeError as exc:
+                if self.require_limits:
+                    raise SandboxUnavailable(f"refusing to run code without a disk quota: {exc}") from exc
                 log.warning("workspace disk quota not enforced: %s", exc)
         return plain_volume(directory)
 
     def create(self, spec: SandboxSpec) -> LocalSandbox:
-        return LocalSandbox(spec, self.launcher(), interrupt_grace=self.interrupt_grace)
+        launcher = self.launcher()
+        if self.require_limits:
+            refused = refusal(self.protections_report(spec.limits))
+            if refused:
+                raise SandboxUnavailable(refused)
+        return LocalSandbox(spec, launcher, interrupt_grace=self.interrupt_grace)
 
     def check(self) -> BackendCheck:
         """Really start a sandbox and probe its isolation (network, host files, environment)."""
@@ -146,7 +191,14 @@ class LocalSandboxBackend(SandboxBackend):
                 "(allowed by FLEET_SANDBOX_ALLOW_UNISOLATED)",
                 fix=INSTALL_FIX,
             )
-        return _judge(found, startup_ms)
+        judged = _judge(found, startup_ms)
+        missing = missing_protections(self.protections_report())
+        if not judged.ok or not missing:
+            return judged
+        if self.require_limits:
+            return BackendCheck(False, refusal(self.protections_report()) or "", fix=LIMITS_FIX)
+        names = ", ".join(row.name for row in missing)
+        return BackendCheck(True, f"{judged.message}; whole-sandbox limits missing: {names}", fix=LIMITS_FIX)
 
 
 def _judge(found: dict[str, object], startup_ms: float) -> BackendCheck:

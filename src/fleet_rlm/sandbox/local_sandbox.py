@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError, FinalOutput
+from dspy.primitives.code_interpreter import CodeInterpreterError, FinalOutput
 
-from fleet_rlm.sandbox.base import SandboxSpec, SandboxUnavailable
+from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.isolation import WORKSPACE_MOUNT, LaunchedWorker, Launcher
 from fleet_rlm.sandbox.output import CappedText, GuardedObserver, OutputPump
 from fleet_rlm.sandbox.protocol import decode_message, encode_message, execute_message, write_all
@@ -204,6 +204,10 @@ class LocalSandbox:
         finally:
             self._active = None
         output = self._pump.finish()
+        notice = self._worker.limit_notice() if self._worker is not None else None
+        if notice:  # e.g. the kernel killed one of the code's processes at the memory limit
+            self._observer.warning(notice)
+            output.note(notice)
         return self._outcome(reply, output, timeout)
 
     def _await_result(self, execution: int, deadline: float) -> dict[str, Any]:
@@ -247,11 +251,21 @@ class LocalSandbox:
         if status == "final":
             return FinalOutput(reply.get("value"))
         if status == "syntax":
-            raise SyntaxError(reply.get("error"))
+            line = reply.get("line")
+            raise CodeSyntaxError(str(reply.get("error")), line if isinstance(line, int) else None)
         if status == "timeout":
-            raise CodeExecutionError(f"{printed}execution exceeded the {timeout:g}s timeout and was interrupted")
+            message = f"execution exceeded the {timeout:g}s timeout and was interrupted"
+            raise CodeFailed(f"{printed}{message}", error_type="TimeoutError", message=message, line=None)
         if status == "error":
-            raise CodeExecutionError(f"{printed}{reply.get('error')}")
+            described = str(reply.get("error"))
+            line = reply.get("line")
+            raise CodeFailed(
+                f"{printed}{described}",
+                error_type=str(reply.get("error_type") or "Exception"),
+                message=str(reply.get("message") or ""),
+                line=line if isinstance(line, int) else None,
+                traceback=described,
+            )
         self._fail(f"the sandbox worker sent an unknown result: {reply!r}")
 
     # -- plumbing ---------------------------------------------------------------------------------
@@ -314,6 +328,7 @@ class LocalSandbox:
             if worker is None or self._killed:
                 return
             self._killed = True
+            worker.kill_everything()  # every process in the sandbox's cgroups, wherever it went
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(worker.process.pid, signal.SIGKILL)
             with contextlib.suppress(OSError):
@@ -345,7 +360,10 @@ class LocalSandbox:
         status = self._exit_status()
         limits = self.spec.limits
         hint = ""
-        if "SIGXCPU" in status:
+        limit = self._worker.limit_reason() if self._worker is not None else None
+        if limit:
+            hint = f"; {limit}"
+        elif "SIGXCPU" in status:
             hint = f"; it used up its CPU time limit of {limits.cpu_seconds}s"
         elif "SIGKILL" in status:
             hint = "; by its own code, the out-of-memory killer or the hard CPU time limit"

@@ -32,6 +32,11 @@ class CappedText:
     parts: list[str] = field(default_factory=list)
     kept: int = 0
     cut: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        """A line from the host appended to the result, whatever the cap (e.g. a limit that was hit)."""
+        self.notes.append(text)
 
     def add(self, text: str) -> str:
         """Keep what fits and return it."""
@@ -51,6 +56,9 @@ class CappedText:
         text = self.text().rstrip("\n")
         if self.cut:
             text += f"\n[... {self.cut} more characters cut]"
+        notes = "\n".join(f"[{note}]" for note in self.notes)
+        if notes:
+            text = f"{text}\n{notes}" if text else notes
         return text or None
 
 

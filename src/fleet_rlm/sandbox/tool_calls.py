@@ -29,6 +29,11 @@ _preview_repr.maxlist = _preview_repr.maxtuple = _preview_repr.maxdict = 5
 _preview_repr.maxlevel = 3
 
 
+class ToolError(Exception):
+    """A tool failure whose message is already written for the sandbox code: it is sent as it is,
+    without the exception's type name (other exceptions are sent as ``Type: message``)."""
+
+
 def check_tool_names(tools: Mapping[str, Any]) -> None:
     invalid = [
         name
@@ -71,7 +76,7 @@ def run_tool_call(tools: Mapping[str, Callable[..., Any]], request: dict[str, An
         except (TypeError, ValueError) as exc:
             raise TypeError(f"tool {name!r} returned a value that is not JSON-compatible: {exc}") from exc
     except BaseException as exc:  # the sandbox code sees every tool failure as a RuntimeError
-        error = f"{type(exc).__name__}: {exc}"
+        error = str(exc) if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}"
         reply = encode_message({"type": "tool_error", "id": request["id"], "error": error})
     finally:
         observer.tool_finished(call_id, name, time.monotonic() - started, error)

@@ -17,9 +17,15 @@ import contextlib
 import os
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleet_rlm.sandbox import owners
+
+REGISTRY = Path("/run/fleet/volumes")
+"""One file per mounted volume, named after its owner process, holding the volume's directory: how
+a later Fleet process finds and removes volumes whose process died without releasing them."""
 IMAGE = "disk.img"
 MOUNT = "volume"
 WORKSPACE = "workspace"
@@ -47,6 +53,7 @@ class Volume:
     disk_mb: int | None = None
     """The bound in MiB, or None for a plain directory."""
     max_files: int | None = None
+    registration: Path | None = None
 
     @property
     def bounded(self) -> bool:
@@ -54,6 +61,8 @@ class Volume:
 
     def release(self) -> None:
         remove_volume_directory(self.directory)
+        if self.registration is not None:
+            self.registration.unlink(missing_ok=True)
 
 
 def remove_volume_directory(directory: Path) -> None:
@@ -94,7 +103,9 @@ def bounded_volume(directory: Path, *, disk_mb: int, max_files: int) -> Volume:
     support = quota_support()
     if not support.available:
         raise VolumeError(f"cannot bound the workspace's disk: {support.reason}")
+    reap_stale_volumes()
     private_directory(directory)
+    registration = _register(directory)
     image, mount = directory / IMAGE, directory / MOUNT
     try:
         with open(image, "wb") as handle:
@@ -121,8 +132,42 @@ def bounded_volume(directory: Path, *, disk_mb: int, max_files: int) -> Volume:
         workspace.mkdir()
     except BaseException:
         remove_volume_directory(directory)
+        registration.unlink(missing_ok=True)
         raise
-    return Volume(directory, workspace, disk_mb=disk_mb, max_files=max_files)
+    return Volume(directory, workspace, disk_mb=disk_mb, max_files=max_files, registration=registration)
+
+
+def _register(directory: Path) -> Path:
+    REGISTRY.mkdir(parents=True, exist_ok=True)
+    os.chmod(REGISTRY, 0o700)
+    entry = REGISTRY / owners.new_name()
+    entry.write_text(str(directory.resolve()))
+    return entry
+
+
+_reaped = threading.Event()
+_reap_lock = threading.Lock()
+
+
+def reap_stale_volumes(*, force: bool = False) -> list[str]:
+    """Unmount and remove the volumes of Fleet processes that died (once per process unless forced)."""
+    with _reap_lock:
+        if _reaped.is_set() and not force:
+            return []
+        _reaped.set()
+        removed: list[str] = []
+        if not REGISTRY.is_dir():
+            return removed
+        for entry in REGISTRY.iterdir():
+            if not owners.owner_is_dead(entry.name):
+                continue
+            with contextlib.suppress(OSError):
+                directory = Path(entry.read_text().strip())
+                if directory.is_absolute():
+                    remove_volume_directory(directory)
+                    removed.append(str(directory))
+            entry.unlink(missing_ok=True)
+        return removed
 
 
 def release_mounts_under(directory: Path) -> None:

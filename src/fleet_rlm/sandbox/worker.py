@@ -40,6 +40,9 @@ SIMPLE_TYPE_CHECKS: dict[str, tuple[type, ...]] = {
     "NoneType": (type(None),),
 }
 RESERVED_NAMES = frozenset({"SUBMIT", "__builtins__"})
+MAX_MESSAGE_CHARS = 2000
+MAX_LISTED_MODULES = 40
+STDLIB_FOR_DATA = ("csv", "json", "sqlite3", "statistics", "collections", "re", "math", "decimal", "datetime")
 
 
 class Submission(BaseException):
@@ -266,7 +269,7 @@ class Session:
             body = compile(tree, filename, "exec")
             tail = compile(_ast.Expression(last.value), filename, "eval") if last else None
         except SyntaxError as exc:
-            return {"status": "syntax", "error": describe_syntax_error(exc)}
+            return {"status": "syntax", "error": describe_syntax_error(exc), "line": exc.lineno}
         self.sources[filename] = code
         self.watchdog.arm(request.get("timeout"))
         try:
@@ -299,10 +302,31 @@ class Session:
             watchdog.running_user_code = False
             if watchdog.fired:
                 return {"status": "timeout"}
-            return {"status": "error", "error": self.describe(exc)}
+            return self.failure(exc)
         except BaseException as exc:
             watchdog.running_user_code = False
-            return {"status": "error", "error": self.describe(exc)}
+            return self.failure(exc)
+
+    def failure(self, exc: BaseException) -> dict[str, Any]:
+        """The error reply: the trimmed traceback the model sees, and its parts for the person."""
+        line = None
+        tb = exc.__traceback__
+        current = f"<execution {self.execution}>"
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == current:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        try:
+            message = str(exc)
+        except Exception:  # a guest exception whose __str__ fails
+            message = ""
+        return {
+            "status": "error",
+            "error": self.describe(exc),
+            "error_type": type(exc).__name__,
+            "message": message[:MAX_MESSAGE_CHARS],
+            "line": line,
+        }
 
     def describe(self, exc: BaseException) -> str:
         """A traceback of the user's frames only, with a hint when a sandbox limit was hit."""
@@ -320,6 +344,8 @@ class Session:
         return f"{text}\n({hint})" if hint else text
 
     def _limit_hint(self, exc: BaseException) -> str | None:
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            return missing_module_hint(exc.name)
         if isinstance(exc, MemoryError):
             return f"the sandbox memory limit is {self.limits.get('memory_mb', '?')} MB"
         if (isinstance(exc, OSError) and exc.errno == errno.EAGAIN) or "can't start new thread" in str(exc):
@@ -327,6 +353,26 @@ class Session:
         if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
             return f"the sandbox file size limit is {self.limits.get('max_file_size_mb', '?')} MB"
         return None
+
+
+def missing_module_hint(name: str) -> str:
+    """What the model can import instead of a module that is not there (no import is attempted)."""
+    import difflib
+    import pkgutil
+
+    top = name.split(".", 1)[0]
+    stdlib = set(sys.stdlib_module_names)
+    installed = sorted({m.name for m in pkgutil.iter_modules() if not m.name.startswith("_")} - stdlib)
+    close = difflib.get_close_matches(top, [*installed, *sorted(stdlib)], n=3, cutoff=0.75)
+    parts = [f"{top!r} is not installed in the sandbox and cannot be installed (there is no network)"]
+    if close:
+        parts.append(f"close matches that are available: {', '.join(close)}")
+    useful = [m for m in STDLIB_FOR_DATA if m in stdlib]
+    parts.append(f"the standard library is available ({', '.join(useful)}, ...)")
+    shown = installed[:MAX_LISTED_MODULES]
+    more = f" and {len(installed) - len(shown)} more" if len(installed) > len(shown) else ""
+    parts.append(f"other installed packages: {', '.join(shown) or 'none'}{more}")
+    return "; ".join(parts)
 
 
 def describe_syntax_error(exc: SyntaxError) -> str:

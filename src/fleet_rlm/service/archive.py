@@ -2,8 +2,10 @@
 
 Layout: ``manifest.json`` (format, version, the session, its finished turns and its files),
 ``events/<n>.jsonl`` (turn ``n``'s events, by position) and ``blobs/<sha256>``. Import never
-extracts to disk paths from the archive: it reads only those names, checks every blob's size and
-digest against the manifest, and restores the session under new ids in one transaction.
+extracts to disk paths from the archive: it reads only those names, as a bounded stream
+(:mod:`~fleet_rlm.service.archive_reader`), checks every blob's size and digest and every event
+against the manifest, holds the archived settings to this server's rules, and restores the session
+under new ids in one transaction (events inserted a batch at a time from a spool, never all in memory).
 """
 
 from __future__ import annotations
@@ -14,12 +16,29 @@ import io
 import json
 import re
 import tarfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from fleet_rlm.config import Settings
 from fleet_rlm.engine.events import Event, new_id
+from fleet_rlm.service.archive_reader import (
+    MAX_EVENT_LINE_BYTES,
+    MAX_EVENT_VALUES,
+    MAX_MANIFEST_BYTES,
+    MAX_MANIFEST_VALUES,
+    MIB,
+    READ_ERRORS,
+    ArchiveTooLarge,
+    BadArchive,
+    ImportLimits,
+    is_plain_file,
+    open_tar,
+    parse_json,
+)
 from fleet_rlm.service.files import stored_path
+from fleet_rlm.service.overrides import check_session_settings
 from fleet_rlm.store import BlobStore, FileRecord, Invalid, SessionRecord, Store, TurnRecord
 from fleet_rlm.store.store import SESSION_ID_PREFIX
 from fleet_rlm.store.tables import FINAL_TURN_STATUSES
@@ -27,12 +46,11 @@ from fleet_rlm.store.tables import FINAL_TURN_STATUSES
 FORMAT = "fleet-session-archive"
 VERSION = 1
 _BLOB = re.compile(r"blobs/([0-9a-f]{64})")
-_EVENTS = re.compile(r"events/(\d+)\.jsonl")
-MAX_MANIFEST_BYTES = 64 * 1024 * 1024
-
-
-class BadArchive(Invalid):
-    code = "invalid_archive"
+_EVENTS = re.compile(r"events/(\d{1,9})\.jsonl")
+EVENT_BATCH = 500
+EVENT_BATCH_BYTES = 4 * 1024 * 1024
+MAX_TITLE = 200
+FILE_ORIGINS = ("upload", "artifact", "memory")
 
 
 def _time(value: dt.datetime | None) -> str | None:
@@ -113,76 +131,185 @@ def _write_archive(
 @dataclass
 class _Read:
     manifest: dict[str, Any]
-    events: dict[int, list[dict[str, Any]]]
+    events: dict[int, Path]  # position -> spooled, checked events/<n>.jsonl
     blobs: dict[str, tuple[str, int]]  # sha -> (stored sha, size)
 
 
-def _read_archive(source: IO[bytes], blobs: BlobStore, session_id: str) -> _Read:
+def _read_archive(source: IO[bytes], blobs: BlobStore, session_id: str, limits: ImportLimits) -> _Read:
+    """Read the archive once, in order: manifest.json first, then only the events and blobs it lists."""
     manifest: dict[str, Any] | None = None
-    events: dict[int, list[dict[str, Any]]] = {}
+    listed = _Listed({}, set())
+    events: dict[int, Path] = {}
     stored: dict[str, tuple[str, int]] = {}
     try:
-        with tarfile.open(fileobj=source, mode="r:*") as tar:
-            for member in tar:
-                if not member.isfile():
+        with open_tar(source, limits) as tar:
+            for count, member in enumerate(tar, start=1):
+                if count > limits.entries:
+                    raise ArchiveTooLarge(
+                        f"the archive has more than {limits.entries} entries (FLEET_IMPORT_MAX_ENTRIES)"
+                    )
+                if not is_plain_file(member):
                     continue
+                if member.size > limits.file:
+                    raise ArchiveTooLarge(
+                        f"{member.name[:200]!r} in the archive is larger than the limit of "
+                        f"{limits.file // MIB} MiB (FLEET_IMPORT_FILE_LIMIT_MB)"
+                    )
                 handle = tar.extractfile(member)
                 if handle is None:
                     continue
-                if member.name == "manifest.json":
+                if member.name == "manifest.json" and manifest is None:
                     if member.size > MAX_MANIFEST_BYTES:
-                        raise BadArchive("the archive's manifest.json is implausibly large")
-                    manifest = json.loads(handle.read())
-                elif match := _EVENTS.fullmatch(member.name):
-                    events[int(match[1])] = [json.loads(line) for line in handle.read().splitlines() if line.strip()]
-                elif match := _BLOB.fullmatch(member.name):
-                    stored[match[1]] = blobs.put_stream(session_id, handle)
-    except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+                        raise BadArchive(f"the archive's manifest.json is larger than {MAX_MANIFEST_BYTES} bytes")
+                    manifest = _check_manifest(parse_json(handle.read(), MAX_MANIFEST_VALUES, "manifest.json"))
+                    listed = _Listed.of(manifest)
+                    continue
+                match = _EVENTS.fullmatch(member.name) or _BLOB.fullmatch(member.name)
+                if match is None:
+                    continue
+                if manifest is None:
+                    raise BadArchive("not a Fleet session archive (manifest.json must be its first entry)")
+                if match.re is _EVENTS:
+                    position = int(match[1])
+                    if position not in listed.positions or position in events:
+                        raise BadArchive(f"{member.name} is not a turn the manifest lists, or comes twice")
+                    events[position] = blobs.scratch_file(session_id, ".jsonl")
+                    _spool_events(handle, events[position], member.name)
+                else:
+                    if listed.blobs.get(match[1]) != member.size:
+                        raise BadArchive(f"{member.name} is not listed in the manifest with that size")
+                    stored[match[1]] = blobs.put_stream(session_id, handle, limit=limits.file)
+    except Invalid:
+        raise
+    except READ_ERRORS as exc:
         raise BadArchive(f"not a readable session archive: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise BadArchive("not a Fleet session archive (manifest.json is missing or of another format)")
-    if manifest.get("version") != VERSION:
-        raise BadArchive(f"session archive version {manifest.get('version')!r} is not supported (expected {VERSION})")
+    if manifest is None:
+        raise BadArchive("not a Fleet session archive (manifest.json is missing)")
     return _Read(manifest, events, stored)
 
 
+@dataclass(frozen=True)
+class _Listed:
+    """What the manifest says the archive holds: blob sizes by digest, turn positions."""
+
+    blobs: dict[str, int]
+    positions: set[int]
+
+    @classmethod
+    def of(cls, manifest: dict[str, Any]) -> _Listed:
+        try:
+            files = {str(f["sha256"]): int(f["size"]) for f in manifest.get("files") or []}
+            positions = {int(t["position"]) for t in manifest.get("turns") or []}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadArchive(f"the archive's manifest.json is malformed: {type(exc).__name__}: {exc}") from exc
+        return cls(files, positions)
+
+
+def _check_manifest(manifest: Any) -> dict[str, Any]:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BadArchive("not a Fleet session archive (manifest.json is of another format)")
+    if manifest.get("version") != VERSION:
+        raise BadArchive(f"session archive version {manifest.get('version')!r} is not supported (expected {VERSION})")
+    return manifest
+
+
+def _spool_events(handle: IO[bytes], spool: Path, name: str) -> None:
+    """Copy an events file to ``spool`` a line at a time, checking each line is an event in order."""
+    last = 0
+    with spool.open("wb") as out:
+        while line := handle.readline(MAX_EVENT_LINE_BYTES + 1):
+            if len(line) > MAX_EVENT_LINE_BYTES:
+                raise BadArchive(f"{name}: an event is longer than {MAX_EVENT_LINE_BYTES} bytes")
+            if not line.strip():
+                continue
+            raw = parse_json(line, MAX_EVENT_VALUES, name)
+            try:
+                seq = Event.from_dict({**raw, "turn_id": ""}).seq
+            except (KeyError, TypeError, ValueError) as exc:
+                raise BadArchive(f"{name}: not an event: {str(exc)[:200]}") from exc
+            if seq <= last:
+                raise BadArchive(f"{name}: event {seq} comes after event {last}")
+            last = seq
+            out.write(line.rstrip(b"\r\n") + b"\n")
+
+
+def _read_batch(handle: IO[bytes], turn_id: str) -> list[Event]:
+    batch: list[Event] = []
+    size = 0
+    while len(batch) < EVENT_BATCH and size < EVENT_BATCH_BYTES and (line := handle.readline()):
+        size += len(line)
+        batch.append(Event.from_dict({**json.loads(line), "turn_id": turn_id}))
+    return batch
+
+
+async def _event_batches(spools: list[tuple[str, Path]]) -> AsyncIterator[list[Event]]:
+    """The spooled (already checked) events, a bounded batch at a time."""
+    for turn_id, spool in spools:
+        with spool.open("rb") as handle:
+            while batch := await asyncio.to_thread(_read_batch, handle, turn_id):
+                yield batch
+
+
 async def import_session(
-    store: Store, blobs: BlobStore, source: IO[bytes], *, name: str | None = None
+    store: Store, blobs: BlobStore, source: IO[bytes], settings: Settings, *, name: str | None = None
 ) -> SessionRecord:
     """Restore an archive as a new session (new ids). Its name is ``name``, else the archived one."""
     session_id = new_id(SESSION_ID_PREFIX)
     try:
-        read = await asyncio.to_thread(_read_archive, source, blobs, session_id)
-        session = _session(read.manifest, session_id, name)
-        turns, events = _turns(read)
-        files = _files(read)
-        return await store.restore_session(session, turns, events, files)
+        read = await asyncio.to_thread(_read_archive, source, blobs, session_id, ImportLimits.of(settings))
+        try:
+            session = _session(read.manifest, session_id, name, settings)
+            turns, spools = _turns(read)
+            files = _files(read)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadArchive(f"the archive's manifest.json is malformed: {type(exc).__name__}: {exc}") from exc
+        restored = await store.restore_session(session, turns, _event_batches(spools), files)
+        for spool in read.events.values():
+            spool.unlink(missing_ok=True)
+        return restored
     except BaseException:
         blobs.remove_session(session_id)
         raise
 
 
-def _session(manifest: dict[str, Any], session_id: str, name: str | None) -> SessionRecord:
+def _session(manifest: dict[str, Any], session_id: str, name: str | None, settings: Settings) -> SessionRecord:
     raw = manifest.get("session") or {}
     now = dt.datetime.now(dt.UTC)
+    title = raw.get("title")
+    if title is not None and (not isinstance(title, str) or len(title) > MAX_TITLE):
+        raise BadArchive(f"the archived session's title is not text of at most {MAX_TITLE} characters")
+    try:
+        stored = check_session_settings(dict(raw.get("settings") or {}), settings)
+        if raw.get("mode") is not None:
+            check_session_settings({"mode": raw["mode"]}, settings)
+    except Invalid as exc:
+        raise Invalid(f"the archived session's {exc.message}", code=exc.code) from exc
     return SessionRecord(
         id=session_id,
         name=name if name is not None else raw.get("name"),
-        title=raw.get("title"),
+        title=title,
         mode=raw.get("mode"),
-        settings=dict(raw.get("settings") or {}),
+        settings=stored,
         created_at=_parse_time(raw.get("created_at")) or now,
         updated_at=now,
     )
 
 
-def _turns(read: _Read) -> tuple[list[TurnRecord], list[Event]]:
+def _turns(read: _Read) -> tuple[list[TurnRecord], list[tuple[str, Path]]]:
     turns: list[TurnRecord] = []
-    events: list[Event] = []
+    spools: list[tuple[str, Path]] = []
+    positions: set[int] = set()
     for raw in read.manifest.get("turns") or []:
         position = int(raw["position"])
         if raw.get("status") not in FINAL_TURN_STATUSES:
             raise BadArchive(f"turn {position} has status {raw.get('status')!r}, not a finished one")
+        if position in positions:
+            raise BadArchive(f"turn {position} appears twice in the archive")
+        positions.add(position)
+        artifacts = list(raw.get("artifacts") or [])
+        context_paths = list(raw.get("context_paths") or [])
+        if not all(isinstance(a, dict) for a in artifacts) or not all(isinstance(p, str) for p in context_paths):
+            raise BadArchive(f"turn {position}: artifacts must be objects and context paths text")
         turn_id = new_id("turn")
         turns.append(
             TurnRecord(
@@ -191,28 +318,39 @@ def _turns(read: _Read) -> tuple[list[TurnRecord], list[Event]]:
                 position=position,
                 message=str(raw["message"]),
                 status=str(raw["status"]),
-                context_paths=list(raw.get("context_paths") or []),
+                context_paths=context_paths,
                 options=dict(raw.get("options") or {}),
-                answer=raw.get("answer"),
-                error=raw.get("error"),
+                answer=_text_or_none(raw.get("answer")),
+                error=_text_or_none(raw.get("error")),
                 usage=dict(raw.get("usage") or {}),
-                artifacts=list(raw.get("artifacts") or []),
+                artifacts=artifacts,
                 created_at=_parse_time(raw.get("created_at")),
                 started_at=_parse_time(raw.get("started_at")),
                 finished_at=_parse_time(raw.get("finished_at")),
             )
         )
-        for event in read.events.get(position, []):
-            events.append(Event.from_dict({**event, "turn_id": turn_id}))
-    return turns, events
+        if position in read.events:
+            spools.append((turn_id, read.events[position]))
+    return turns, spools
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _files(read: _Read) -> list[FileRecord]:
     files: list[FileRecord] = []
+    seen: set[str] = set()
     for raw in read.manifest.get("files") or []:
         sha, size = str(raw["sha256"]), int(raw["size"])
         if read.blobs.get(sha) != (sha, size):
             raise BadArchive(f"the bytes of {raw['path']!r} are missing from the archive or do not match its digest")
         path = stored_path(str(raw["path"]))
-        files.append(FileRecord(path, size, sha, str(raw["media_type"]), str(raw["origin"])))
+        origin = str(raw["origin"])
+        if origin not in FILE_ORIGINS:
+            raise BadArchive(f"{path!r} has origin {origin!r}, not one of {', '.join(FILE_ORIGINS)}")
+        if path in seen:
+            raise BadArchive(f"{path!r} appears twice in the archive")
+        seen.add(path)
+        files.append(FileRecord(path, size, sha, str(raw["media_type"]), origin))
     return files

@@ -30,6 +30,7 @@ SHUTDOWN_REASON = "the server shut down while the turn was running"
 TERMINAL_WAIT = 5.0
 TERMINAL_OF_STATUS = {
     "completed": EventType.TURN_COMPLETED,
+    "incomplete": EventType.TURN_INCOMPLETE,
     "failed": EventType.TURN_FAILED,
     "cancelled": EventType.TURN_CANCELLED,
     "interrupted": EventType.TURN_INTERRUPTED,
@@ -195,9 +196,17 @@ class TurnExecution:
     def _own_terminal(self, status: str, outcome: TurnOutcome) -> Event:
         data: dict[str, Any] = {"usage": outcome.usage}
         if status == "completed":
-            data.update(answer=outcome.answer, artifacts=outcome.artifacts)
+            data.update(
+                answer=outcome.answer,
+                answer_source=outcome.answer_source,
+                unverified=outcome.unverified,
+                unverified_reason=outcome.unverified_reason,
+                artifacts=outcome.artifacts,
+            )
         else:
             data["reason"] = outcome.error
+            if status == "incomplete":
+                data["answer"] = outcome.answer
         return Event(
             type=TERMINAL_OF_STATUS[status],
             # Replaces the engine's own terminal event, if any (never published), in its place.
@@ -218,6 +227,8 @@ class TurnExecution:
                     self.turn_id,
                     status=status,
                     answer=outcome.answer,
+                    answer_source=outcome.answer_source,
+                    unverified_reason=outcome.unverified_reason,
                     error=outcome.error,
                     usage=outcome.usage,
                     artifacts=outcome.artifacts,

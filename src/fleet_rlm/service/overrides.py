@@ -2,7 +2,8 @@
 
 Only settings that shape the work are open to API clients; endpoints, keys, the sandbox backend
 and its isolation stay with whoever runs the server (a client must not point the server's API key
-at its own URL or switch isolation off).
+at its own URL or switch isolation off). Each budget a client may raise has a ceiling the server's
+operator sets (``ceiling_*`` settings); a value past it is refused, naming the field and the maximum.
 """
 
 from __future__ import annotations
@@ -30,6 +31,20 @@ SESSION_SETTING_KEYS = (
     "max_tokens_per_turn",
 )
 
+CEILING_OF = {
+    "max_iterations": "ceiling_max_iterations",
+    "max_model_calls": "ceiling_max_model_calls",
+    "turn_timeout": "ceiling_turn_timeout",
+    "execution_timeout": "ceiling_execution_timeout",
+    "max_output_chars": "ceiling_max_output_chars",
+    "max_tokens_per_turn": "ceiling_max_tokens_per_turn",
+    "lm_max_tokens": "ceiling_lm_max_tokens",
+    "sub_lm_max_tokens": "ceiling_lm_max_tokens",
+}
+"""Each numeric budget and the setting holding its maximum."""
+FIXED_RANGES = {"lm_temperature": (0.0, 2.0), "sub_lm_temperature": (0.0, 2.0)}
+MAX_MODEL_NAME = 200
+
 SessionSettings: type[BaseModel] = create_model(  # type: ignore[call-overload]
     "SessionSettings",
     __config__=ConfigDict(extra="forbid"),
@@ -37,20 +52,43 @@ SessionSettings: type[BaseModel] = create_model(  # type: ignore[call-overload]
 )
 
 
-def check_session_settings(values: dict[str, Any] | None) -> dict[str, Any]:
-    """``values`` validated against the settings' own rules; raises Invalid naming the key."""
+def _refuse(message: str) -> Invalid:
+    return Invalid(message, code="invalid_settings")
+
+
+def _check_bounds(values: dict[str, Any], server: Settings) -> None:
+    for key, value in values.items():
+        if value is None:
+            continue
+        if key in CEILING_OF:
+            ceiling = getattr(server, CEILING_OF[key])
+            if value > ceiling:
+                env = f"FLEET_{CEILING_OF[key].upper()}"
+                raise _refuse(f"setting {key!r}: {value} is above this server's maximum of {ceiling} ({env})")
+        elif key in FIXED_RANGES:
+            low, high = FIXED_RANGES[key]
+            if not low <= value <= high:
+                raise _refuse(f"setting {key!r}: {value} is outside {low}..{high}")
+        elif key in ("lm_model", "sub_lm_model") and len(value) > MAX_MODEL_NAME:
+            raise _refuse(f"setting {key!r}: longer than the maximum of {MAX_MODEL_NAME} characters")
+
+
+def check_session_settings(values: dict[str, Any] | None, server: Settings) -> dict[str, Any]:
+    """``values`` validated against the settings' own rules and ``server``'s ceilings; raises
+    Invalid naming the key."""
     try:
         parsed = SessionSettings.model_validate(values or {})
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(part) for part in first["loc"]) or "settings"
         if first["type"] == "extra_forbidden":
-            raise Invalid(
-                f"setting {key!r} cannot be set per session; allowed: {', '.join(SESSION_SETTING_KEYS)}",
-                code="invalid_settings",
+            raise _refuse(
+                f"setting {key!r} cannot be set per session; allowed: {', '.join(SESSION_SETTING_KEYS)}"
             ) from exc
-        raise Invalid(f"setting {key!r}: {first['msg']}", code="invalid_settings") from exc
-    return parsed.model_dump(exclude_unset=True)
+        raise _refuse(f"setting {key!r}: {first['msg']}") from exc
+    checked = parsed.model_dump(exclude_unset=True)
+    _check_bounds(checked, server)
+    return checked
 
 
 def effective_settings(base: Settings, *layers: dict[str, Any] | None) -> Settings:

@@ -57,14 +57,14 @@ class TurnSubmission:
     max_model_calls: int | None = None
     turn_timeout: float | None = None
 
-    def options(self) -> dict[str, Any]:
+    def options(self, server: Settings) -> dict[str, Any]:
         values = {
             "mode": self.mode,
             "max_iterations": self.max_iterations,
             "max_model_calls": self.max_model_calls,
             "turn_timeout": self.turn_timeout,
         }
-        return check_session_settings({k: v for k, v in values.items() if v is not None})
+        return check_session_settings({k: v for k, v in values.items() if v is not None}, server)
 
 
 @dataclass(frozen=True)
@@ -187,16 +187,16 @@ class FleetService:
         mode: str | None = None,
         settings: dict[str, Any] | None = None,
     ) -> SessionRecord:
-        checked = check_session_settings(settings)
+        checked = check_session_settings(settings, self.settings)
         if mode is not None:
-            check_session_settings({"mode": mode})
+            check_session_settings({"mode": mode}, self.settings)
         return await self.store.create_session(name=name, title=title, mode=mode, settings=checked)
 
     async def update_session(self, ref: str, **changes: Any) -> SessionRecord:
         if "settings" in changes:
-            changes["settings"] = check_session_settings(changes["settings"])
+            changes["settings"] = check_session_settings(changes["settings"], self.settings)
         if changes.get("mode") is not None:
-            check_session_settings({"mode": changes["mode"]})
+            check_session_settings({"mode": changes["mode"]}, self.settings)
         return await self.store.update_session(ref, **changes)
 
     async def delete_session(self, ref: str) -> SessionRecord:
@@ -240,7 +240,7 @@ class FleetService:
 
     async def import_session(self, source: IO[bytes], *, name: str | None = None) -> SessionRecord:
         """Restore an archive as a new session under a new id."""
-        return await archive.import_session(self.store, self.blobs, source, name=name)
+        return await archive.import_session(self.store, self.blobs, source, self.settings, name=name)
 
     # Turns ------------------------------------------------------------------------------------
 
@@ -251,8 +251,12 @@ class FleetService:
         if not submission.message.strip():
             raise Invalid("the message is empty", code="invalid_request")
         context_paths = [clean_path(p) for p in submission.context_paths]
-        options = submission.options()
+        options = submission.options(self.settings)
         session = await self.store.get_session(session_ref)
+        try:  # stored before a ceiling was lowered, say
+            check_session_settings(session.settings, self.settings)
+        except Invalid as exc:
+            raise Invalid(f"this session's {exc.message}; change it with PATCH", code=exc.code) from exc
         turn, created = await self.store.create_turn(
             session.id,
             submission.message,
@@ -289,11 +293,13 @@ class FleetService:
         return await self.store.list_turns(session.id, after=after, limit=limit)
 
     async def cancel_turn(self, turn_id: str) -> TurnRecord:
+        turn = await self.store.get_turn(turn_id)
         execution = self.executions.get(turn_id)
-        if execution is not None:
+        # A turn's end is committed before its terminal event is sent, but its execution is
+        # forgotten only a moment later: the stored status decides.
+        if execution is not None and turn.active:
             execution.cancel()
             return await self.store.get_turn(turn_id)
-        turn = await self.store.get_turn(turn_id)
         if turn.active:
             raise Conflict(f"turn {turn_id} is run by another server process ({turn.runner})", code="turn_elsewhere")
         raise Conflict(f"turn {turn_id} already ended as {turn.status}", code="turn_not_active")

@@ -60,6 +60,13 @@ class BlobStore:
             os.replace(temp, target)
         return target
 
+    def scratch_file(self, session_id: str, suffix: str = "") -> Path:
+        """A new empty file in the session's staging area (gone with the session, or at the next
+        garbage collection)."""
+        fd, name = tempfile.mkstemp(dir=self._staging(session_id), suffix=suffix)
+        os.close(fd)
+        return Path(name)
+
     def put_stream(self, session_id: str, source: IO[bytes], limit: int | None = None) -> tuple[str, int]:
         """Copy ``source`` into a blob; returns (sha256, size). Raises TooLarge past ``limit`` bytes."""
         digest = hashlib.sha256()

@@ -42,6 +42,10 @@ class TurnRecord:
     context_paths: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     answer: str | None = None
+    answer_source: str | None = None
+    """submitted, extracted, direct or module; None without an answer."""
+    unverified_reason: str | None = None
+    """Why the answer was not checked by running code (it was extracted), if it was not."""
     error: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     artifacts: list[dict[str, Any]] = field(default_factory=list)
@@ -66,6 +70,8 @@ class TurnRecord:
             context_paths=list(row.context_paths or []),
             options=dict(row.options or {}),
             answer=row.answer,
+            answer_source=row.answer_source,
+            unverified_reason=row.unverified_reason,
             error=row.error,
             usage=dict(row.usage or {}),
             artifacts=list(row.artifacts or []),

@@ -9,7 +9,7 @@ process died.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterable, Callable, Sequence
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
@@ -114,10 +114,11 @@ class Store(FileQueries, EventQueries):
         self,
         session: SessionRecord,
         turns: Sequence[TurnRecord],
-        events: Sequence[Event],
+        events: AsyncIterable[Sequence[Event]],
         files: Sequence[FileRecord],
     ) -> SessionRecord:
-        """Insert a whole session (an import) in one transaction; ids must be fresh."""
+        """Insert a whole session (an import) in one transaction; ids must be fresh. ``events``
+        come in batches, inserted as they arrive (an archive's may not fit in memory)."""
         if session.name is not None:
             check_session_name(session.name)
         for turn in turns:
@@ -156,8 +157,9 @@ class Store(FileQueries, EventQueries):
                         )
                     )
                 await db.flush()
-                if events:
-                    await db.execute(insert(EventRow), [event_row(e) for e in events])
+                async for batch in events:
+                    if batch:
+                        await db.execute(insert(EventRow), [event_row(e) for e in batch])
                 await self._apply_file_changes(db, session.id, FileChanges(upserts=list(files)), None)
         except IntegrityError as exc:
             raise Conflict(f"a session named {session.name!r} already exists", code="session_name_taken") from exc
@@ -267,6 +269,8 @@ class Store(FileQueries, EventQueries):
         *,
         status: str,
         answer: str | None = None,
+        answer_source: str | None = None,
+        unverified_reason: str | None = None,
         error: str | None = None,
         usage: dict[str, Any] | None = None,
         artifacts: list[dict[str, Any]] | None = None,
@@ -288,6 +292,8 @@ class Store(FileQueries, EventQueries):
                 raise Conflict(f"turn {turn_id} already ended as {row.status}", code="turn_not_active")
             row.status = status
             row.answer = answer
+            row.answer_source = answer_source
+            row.unverified_reason = unverified_reason
             row.error = error
             row.usage = dict(usage or {})
             row.artifacts = list(artifacts or [])

@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 ACTIVE_TURN_STATUSES = ("queued", "running")
-FINAL_TURN_STATUSES = ("completed", "failed", "cancelled", "interrupted")
+FINAL_TURN_STATUSES = ("completed", "incomplete", "failed", "cancelled", "interrupted")
 FILE_ORIGINS = ("upload", "artifact", "memory")
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
@@ -107,6 +107,8 @@ class TurnRow(Base):
     options: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
     status: Mapped[str] = mapped_column(String(16))
     answer: Mapped[str | None] = mapped_column(Text)
+    answer_source: Mapped[str | None] = mapped_column(String(16))
+    unverified_reason: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
     usage: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
     artifacts: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)

@@ -1,4 +1,4 @@
-"""Counting the sandbox processes alive on this machine, to prove nothing leaks."""
+"""Watching processes on this machine: sandboxes alive (to prove nothing leaks), peak memory."""
 
 from __future__ import annotations
 
@@ -27,3 +27,11 @@ def live_sandbox_pids(under: Path | None = None) -> set[int]:
         if any(marker in cmdline for marker in _MARKERS) and scope in cmdline:
             pids.add(int(entry.name))
     return pids
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The most resident memory process ``pid`` has had since it started (``VmHWM``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/{pid}/status has no VmHWM")

@@ -7,11 +7,10 @@ from fastapi.responses import FileResponse
 from starlette.datastructures import UploadFile
 
 from fleet_rlm.api.deps import Service
-from fleet_rlm.api.errors import ApiError, ErrorBody, Responses
+from fleet_rlm.api.errors import CONNECTION_CLOSE, ApiError, ErrorBody, Responses
 from fleet_rlm.api.schemas import FileList, FileOut, multipart_upload
 
 router = APIRouter(tags=["files"])
-MULTIPART_OVERHEAD = 64 * 1024  # headers and boundaries around the file part
 BAD_PATH: Responses = {
     400: {"model": ErrorBody, "description": "The path is absolute, has '..' or is otherwise refused"}
 }
@@ -24,14 +23,19 @@ UPLOAD_BODY = multipart_upload("file", "path", "Where to put it, relative to fil
     status_code=201,
     response_model=FileOut,
     openapi_extra=UPLOAD_BODY,
-    responses={**BAD_PATH, **NOT_FOUND, 413: {"model": ErrorBody, "description": "Larger than the upload limit"}},
+    responses={
+        **BAD_PATH,
+        **NOT_FOUND,
+        413: {
+            "model": ErrorBody,
+            "description": "Larger than FLEET_UPLOAD_LIMIT_MB (upload_too_large; Connection: close)",
+            "headers": CONNECTION_CLOSE,
+        },
+    },
 )
 async def upload_file(session: str, request: Request, service: Service) -> FileOut:
-    """Upload one file (multipart field ``file``) into the session's ``files/``; replaces a file at the same path."""
-    limit_mb = service.settings.upload_limit_mb
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit_mb * 1024 * 1024 + MULTIPART_OVERHEAD:
-        raise ApiError(413, "upload_too_large", f"the upload is larger than the limit of {limit_mb} MiB")
+    """Upload one file (multipart field ``file``) into the session's ``files/``; replaces a file at the same path.
+    The body is cut off at the upload limit (:mod:`fleet_rlm.api.body_limits`)."""
     await service.store.get_session(session)
     async with request.form(max_files=1, max_fields=4) as form:
         upload = form.get("file")

@@ -10,7 +10,7 @@ from starlette.background import BackgroundTask
 from starlette.datastructures import UploadFile
 
 from fleet_rlm.api.deps import Service
-from fleet_rlm.api.errors import ApiError, ErrorBody, Responses
+from fleet_rlm.api.errors import CONNECTION_CLOSE, ApiError, ErrorBody, Responses
 from fleet_rlm.api.schemas import SessionCreate, SessionOut, SessionPage, SessionPatch, multipart_upload
 
 router = APIRouter(tags=["sessions"])
@@ -86,10 +86,21 @@ async def export_session(session: str, service: Service) -> FileResponse:
     status_code=201,
     response_model=SessionOut,
     openapi_extra=IMPORT_BODY,
-    responses={400: {"model": ErrorBody, "description": "Not a valid session archive"}, 409: {"model": ErrorBody}},
+    responses={
+        400: {"model": ErrorBody, "description": "Not a valid session archive (invalid_archive)"},
+        409: {"model": ErrorBody},
+        413: {
+            "model": ErrorBody,
+            "description": "archive_too_large: past FLEET_IMPORT_LIMIT_MB as sent, or unpacking past "
+            "FLEET_IMPORT_UNPACKED_LIMIT_MB, FLEET_IMPORT_FILE_LIMIT_MB or FLEET_IMPORT_MAX_ENTRIES",
+            "headers": CONNECTION_CLOSE,
+        },
+        422: {"model": ErrorBody, "description": "No 'archive' field, or settings in the archive this server refuses"},
+    },
 )
 async def import_session(request: Request, service: Service) -> SessionOut:
-    """Restore an exported archive (multipart field ``archive``) as a new session with a new id."""
+    """Restore an exported archive (multipart field ``archive``) as a new session with a new id.
+    The archive is read as a stream with bounded size, entries and unpacked bytes."""
     async with request.form(max_files=1, max_fields=4) as form:
         upload = form.get("archive")
         if not isinstance(upload, UploadFile):

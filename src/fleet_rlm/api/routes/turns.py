@@ -1,13 +1,14 @@
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from fleet_rlm.api.deps import Service
+from fleet_rlm.api.deps import Service, Tickets
 from fleet_rlm.api.errors import ApiError, ErrorBody, Responses
-from fleet_rlm.api.schemas import TurnCreate, TurnOut, TurnPage
+from fleet_rlm.api.schemas import StreamTicket, TurnCreate, TurnOut, TurnPage
 from fleet_rlm.api.sse import event_stream
 from fleet_rlm.service.service import TurnSubmission
 
@@ -79,6 +80,19 @@ async def cancel_turn(turn_id: str, service: Service) -> TurnOut:
     return TurnOut.of(await service.cancel_turn(turn_id))
 
 
+@router.post("/turns/{turn_id}/events/ticket", status_code=201, response_model=StreamTicket, responses=TURN_NOT_FOUND)
+async def stream_ticket(turn_id: str, request: Request, service: Service, tickets: Tickets) -> StreamTicket:
+    """A ticket that opens this turn's event stream once, within 30 seconds, without the token:
+    for browsers' ``EventSource``, which cannot send headers. Reconnecting takes a new ticket (and
+    ``?after=`` the last id seen)."""
+    await service.store.get_turn(turn_id)
+    path = request.url.path.removesuffix("/ticket")
+    ticket, expires = tickets.issue(path)
+    return StreamTicket(
+        ticket=ticket, expires_at=dt.datetime.fromtimestamp(expires, dt.UTC), url=f"{path}?ticket={ticket}"
+    )
+
+
 @router.get(
     "/turns/{turn_id}/events",
     response_class=StreamingResponse,
@@ -89,6 +103,9 @@ async def turn_events(
     service: Service,
     last_event_id: Annotated[str | None, Header()] = None,
     after: Annotated[int | None, Query(ge=0, description="Like Last-Event-ID: only events after this seq")] = None,
+    ticket: Annotated[
+        str | None, Query(description="A stream ticket (POST .../events/ticket) instead of the bearer token")
+    ] = None,
 ) -> StreamingResponse:
     """Server-sent events: replay from the start (or after ``Last-Event-ID``), then live to the
     terminal event. A disconnect does not cancel the turn."""

@@ -125,6 +125,7 @@ def doctor(
     checks = [config_check]
     if settings is not None:
         checks.append(doctor_checks.check_sandbox(settings))
+        checks.extend(doctor_checks.check_limits(settings))
         checks.append(doctor_checks.check_model(settings))
     for check in checks:
         _print_check(console, check)
@@ -142,9 +143,11 @@ def doctor(
 
 
 def _print_check(console: Console, check: Check) -> None:
-    mark = "[green]pass[/green]" if check.ok else "[red]FAIL[/red]"
+    mark = (
+        "[yellow]warn[/yellow]" if check.ok and check.warn else "[green]pass[/green]" if check.ok else "[red]FAIL[/red]"
+    )
     console.print(f"{mark}  {check.name}: {check.detail}")
-    if not check.ok and check.fix:
+    if (not check.ok or check.warn) and check.fix:
         console.print(f"      fix: {check.fix}")
 
 

@@ -21,6 +21,7 @@ class Check:
     ok: bool
     detail: str
     fix: str | None = None
+    warn: bool = False  # passes, but something the person should know is missing
 
 
 def check_config() -> tuple[Check, Settings | None]:
@@ -38,6 +39,30 @@ def check_sandbox(settings: Settings) -> Check:
     except Exception as exc:
         return Check("sandbox", False, f"{type(exc).__name__}: {exc}", "see docs/sandbox.md")
     return Check("sandbox", result.ok, result.message, result.fix)
+
+
+def check_limits(settings: Settings) -> list[Check]:
+    """One row per whole-sandbox protection: enforced, or missing with the reason. A missing one
+    fails only when sandbox_require_limits is set; unset, it warns (``fleet serve`` would refuse)."""
+    from fleet_rlm.sandbox.base import SandboxLimits
+    from fleet_rlm.sandbox.local import LIMITS_FIX, LocalSandboxBackend
+
+    try:
+        rows = LocalSandboxBackend.from_settings(settings).protections_report(SandboxLimits.from_settings(settings))
+    except Exception as exc:
+        return [Check("sandbox limits", False, f"{type(exc).__name__}: {exc}", "see docs/sandbox.md")]
+    required = settings.sandbox_require_limits
+    checks = []
+    for row in rows:
+        name = f"limit: {row.name}"
+        if row.enforced:
+            checks.append(Check(name, True, f"enforced: {row.reason}"))
+            continue
+        detail = f"missing: {row.reason}"
+        if required is None:
+            detail += " (`fleet serve` refuses sandboxes until it is enforced)"
+        checks.append(Check(name, not required, detail, LIMITS_FIX, warn=not required))
+    return checks
 
 
 def check_model(settings: Settings) -> Check:

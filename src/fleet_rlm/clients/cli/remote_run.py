@@ -2,7 +2,7 @@
 
 Creates a session (or uses ``--session``), uploads the ``--file`` inputs, submits the turn with an
 idempotency key, follows its events (reconnecting with ``Last-Event-ID`` if the connection drops)
-and exits non-zero unless the turn completed. Ctrl-C asks the server to cancel the turn.
+and exits with the same codes as a local ``fleet run`` (clients/cli/exit_codes.py). Ctrl-C asks the server to cancel the turn.
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ from typing import Any
 from rich.console import Console
 
 from fleet_rlm.api.client import ApiFailure, FleetClient
+from fleet_rlm.clients.cli.exit_codes import EXIT_FAILED, exit_code_for
 from fleet_rlm.clients.cli.render import EventRenderer, json_line
 from fleet_rlm.engine.events import EventType
-
-EXIT_FAILED = 1
-EXIT_CANCELLED = 130
 
 
 def run_remote(
@@ -72,10 +70,9 @@ def run_remote(
     except OSError as exc:
         print(f"fleet: error: cannot reach {url}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    if final["status"] == "completed":
-        return 0
-    print(f"fleet: {final['status']}: {final['error']}", file=sys.stderr)
-    return EXIT_CANCELLED if final["status"] == "cancelled" else EXIT_FAILED
+    final_status = str(final["status"])
+    reason = final.get("unverified_reason") if final_status == "completed" else final.get("error")
+    return exit_code_for(final_status, unverified=bool(final.get("unverified")), reason=reason)
 
 
 def _follow(client: FleetClient, turn_id: str, renderer: EventRenderer, as_json: bool) -> EventType | None:

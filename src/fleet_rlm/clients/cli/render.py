@@ -179,14 +179,25 @@ class EventRenderer:
         if kind in (EventType.WARNING, EventType.BUDGET_EXHAUSTED):
             message = data.get("message") or f"budget exhausted: {data.get('budget')} (limit {data.get('limit')})"
             return [Text(f"⚠ {message}", style="yellow")]
+        if kind is EventType.EXECUTION_FAILED:
+            return execution_failure(data)
         if kind is EventType.TURN_COMPLETED:
-            shown: list[RenderableType] = [Rule(style="green"), Markdown(str(data.get("answer") or ""))]
+            shown: list[RenderableType] = [Rule(style="yellow" if data.get("unverified") else "green")]
+            if data.get("unverified"):
+                shown.append(Text(f"⚠ unverified answer: {data.get('unverified_reason')}", style="bold yellow"))
+            shown.append(Markdown(str(data.get("answer") or "")))
             artifacts = data.get("artifacts") or []
             if artifacts:
                 shown.append(Text("Artifacts:", style="bold"))
                 shown.extend(Padding(Text(f"{a['path']}  {human_size(int(a['size']))}"), (0, 2)) for a in artifacts)
             shown.append(Text(usage_line(data.get("usage") or {}), style="dim"))
             return shown
+        if kind is EventType.TURN_INCOMPLETE:
+            return [
+                Rule(style="yellow"),
+                Text(f"◐ turn incomplete: {data.get('reason')}", style="bold yellow"),
+                Text(usage_line(data.get("usage") or {}), style="dim"),
+            ]
         if kind is EventType.TURN_FAILED:
             return [Text(f"✗ turn failed: {data.get('reason')}", style="bold red")]
         if kind is EventType.TURN_CANCELLED:
@@ -194,6 +205,18 @@ class EventRenderer:
         if kind is EventType.TURN_INTERRUPTED:
             return [Text(f"✗ turn interrupted: {data.get('reason', '')}", style="bold yellow")]
         return []
+
+
+def execution_failure(data: dict[str, Any]) -> list[RenderableType]:
+    """A failed execution, under its code: the error in red, then the traceback the model saw, dimmed."""
+    where = f" (line {data['line']})" if data.get("line") else ""
+    shown: list[RenderableType] = [
+        Text(f"✗ {data.get('error_type')}: {data.get('message', '')}{where}", style="bold red")
+    ]
+    lines = str(data.get("traceback") or "").splitlines()
+    if len(lines) > 1:  # the last line repeats the error
+        shown.append(Padding(Text("\n".join(lines[:-1]), style="red dim"), (0, 2)))
+    return shown
 
 
 def usage_line(usage: dict[str, Any]) -> str:

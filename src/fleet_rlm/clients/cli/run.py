@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from fleet_rlm.clients.cli.exit_codes import exit_code_for
 from fleet_rlm.clients.cli.render import EventRenderer, json_line
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.events import Event, new_id
@@ -21,9 +22,6 @@ from fleet_rlm.sandbox.volume import remove_volume_directory
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.mirror import Mirror
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
-
-EXIT_FAILED = 1
-EXIT_CANCELLED = 130
 
 
 def prepare_workspace(settings: Settings, workspace_dir: Path | None, files: list[Path], turn_id: str) -> Workspace:
@@ -102,7 +100,5 @@ async def _run_with_ctrl_c(run: object, cancel: object) -> TurnOutcome:
 
 
 def exit_code(outcome: TurnOutcome) -> int:
-    if outcome.status == "completed":
-        return 0
-    print(f"fleet: {outcome.status}: {outcome.error}", file=sys.stderr)
-    return EXIT_CANCELLED if outcome.status == "cancelled" else EXIT_FAILED
+    reason = outcome.unverified_reason if outcome.status == "completed" else outcome.error
+    return exit_code_for(outcome.status, unverified=outcome.unverified, reason=reason)

@@ -80,6 +80,8 @@ def show_history(state: ChatState, count: int = HISTORY_SHOWN) -> None:
     for turn in turns[-count:]:
         state.console.print(Text(f"#{turn['position']} › {turn['message']}", style="bold"))
         if turn["status"] == "completed":
+            if turn.get("unverified"):
+                state.say(f"  ⚠ unverified answer: {turn.get('unverified_reason')}", "yellow")
             state.console.print(Markdown(str(turn["answer"] or "")))
         else:
             state.say(f"  {turn['status']}" + (f": {turn['error']}" if turn.get("error") else ""), "yellow")

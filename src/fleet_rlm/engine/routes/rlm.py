@@ -22,6 +22,8 @@ def run_rlm(ctx: RouteContext) -> str:
         sub_lm=ctx.sub_lm,
         interpreter_factory=ctx.interpreter_factory,
         tools=ctx.tools or None,
+        guard=ctx.trace.guard,
+        on_extract=ctx.trace.mark_extracted,
     )
     callbacks = RLMCallbacks(ctx.trace, rlm.generate_action, rlm.extract)
     with ctx.lm_context(callbacks):

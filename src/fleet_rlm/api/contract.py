@@ -1,0 +1,78 @@
+"""What the OpenAPI document says about the rules every route shares (host, origin, token, body
+size), added to each operation so that every status the server sends is documented where it can occur."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from fleet_rlm.api.errors import CONNECTION_CLOSE
+
+ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+STATE_CHANGING = frozenset({"post", "put", "patch", "delete"})
+
+DESCRIPTION = """\
+Rules every route shares (see docs/api.md and docs/security.md):
+
+- **Host.** Only loopback names and the names in `FLEET_ALLOWED_HOSTS` are served; any other `Host`
+  gets 421 `host_not_allowed` (this stops DNS rebinding).
+- **Origin.** A POST, PUT, PATCH or DELETE from a browser page of another origin gets 403
+  `origin_not_allowed`, unless that origin is in `FLEET_CORS_ORIGINS`; those origins also get CORS
+  headers (`Access-Control-Allow-Origin`, `Access-Control-Expose-Headers`, `Vary: Origin`) and answered
+  preflights.
+- **Token.** With `FLEET_API_TOKEN` set, every route (these documents too) needs
+  `Authorization: Bearer <token>`, else 401 `unauthorized`. The token is never accepted in a URL; a
+  browser's EventSource uses a stream ticket (`POST /api/v1/turns/{turn_id}/events/ticket`).
+- **Bodies** are bounded while they stream: JSON bodies by `FLEET_JSON_BODY_LIMIT_KB`, uploads by
+  `FLEET_UPLOAD_LIMIT_MB`, archives by `FLEET_IMPORT_LIMIT_MB`; past the limit, 413 with
+  `Connection: close` (at most 1 MiB more is read and dropped first, so the client can read it).
+"""
+
+
+def _error(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"description": description, "content": ERROR}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+UNAUTHORIZED = _error(
+    "FLEET_API_TOKEN is set and the token (or stream ticket) is missing or wrong",
+    {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}},
+)
+HOST_NOT_ALLOWED = _error("The Host header names a host this server does not serve (FLEET_ALLOWED_HOSTS)")
+ORIGIN_NOT_ALLOWED = _error("Sent by a browser page of another origin not in FLEET_CORS_ORIGINS")
+BODY_TOO_LARGE = _error("The request body is larger than FLEET_JSON_BODY_LIMIT_KB (body_too_large)", CONNECTION_CLOSE)
+
+
+def add_shared_rules(document: dict[str, Any]) -> dict[str, Any]:
+    document["info"]["description"] = DESCRIPTION
+    schemes = document.setdefault("components", {}).setdefault("securitySchemes", {})
+    schemes["bearer"] = {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "FLEET_API_TOKEN, when the server has one (then required everywhere)",
+    }
+    document["security"] = [{"bearer": []}, {}]
+    for operations in document["paths"].values():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            responses.setdefault("401", UNAUTHORIZED)
+            responses.setdefault("421", HOST_NOT_ALLOWED)
+            if method in STATE_CHANGING:
+                responses.setdefault("403", ORIGIN_NOT_ALLOWED)
+            responses.setdefault("413", BODY_TOO_LARGE)
+    return document
+
+
+def install(app: FastAPI) -> None:
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            add_shared_rules(generate())
+        assert app.openapi_schema is not None
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,144 @@
+"""Keeping an RLM loop honest: no answer invented from nothing, no loop on the same failure.
+
+- :class:`LoopGuard` watches executions: when the same code (normalized) fails the same way
+  ``warn_after`` times in a row, the model is told so plainly; after ``stop_after`` the loop ends
+  with :class:`LoopStopped`, and the turn is ``incomplete``.
+- :class:`GuardedExtract` is the RLM's extract step: when the iteration budget runs out without a
+  single execution that succeeded, it refuses to extract (:class:`NothingComputed`), so the turn is
+  ``incomplete`` instead of presenting an answer made up from errors.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import dspy
+
+from fleet_rlm.config import Settings
+
+
+class TurnIncomplete(Exception):
+    """The loop could not compute a result; the message says why, for the person and the answer."""
+
+
+class LoopStopped(TurnIncomplete):
+    """The same code failed the same way too many times in a row."""
+
+
+class NothingComputed(TurnIncomplete):
+    """The iteration budget ran out and not one execution succeeded."""
+
+
+def incomplete_in(exc: BaseException) -> TurnIncomplete | None:
+    """The :class:`TurnIncomplete` that ``exc`` is or was raised from (DSPy may wrap it)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, TurnIncomplete):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def normalized_code(code: str) -> str:
+    """The code's meaning without comments, blank lines or layout (its AST), for comparing attempts."""
+    try:
+        return ast.dump(ast.parse(code))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return " ".join(code.split())
+
+
+_ADDRESSES = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def error_signature(error_type: str, message: str) -> str:
+    return f"{error_type}: {_ADDRESSES.sub('0x?', message.strip())}"
+
+
+UNVERIFIED_REASON = (
+    "the iteration budget ran out before the model submitted an answer; this answer was extracted from "
+    "the work so far and was not checked by running code"
+)
+
+
+def could_not_compute(reason: str) -> str:
+    """The answer of an ``incomplete`` turn: it says plainly that there is no result, and why."""
+    return f"I could not compute the result: {reason}."
+
+
+@dataclass
+class LoopGuard:
+    """Counts consecutive identical failures of one RLM loop (a turn's or a child's)."""
+
+    warn_after: int
+    stop_after: int
+    succeeded: int = 0
+    """Executions of the loop's own code (not DSPy's setup) that ran without an error."""
+    last_error: str | None = None
+    _attempt: tuple[str, str] | None = None
+    _repeats: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LoopGuard:
+        return cls(warn_after=settings.loop_guard_warn_after, stop_after=settings.loop_guard_stop_after)
+
+    def success(self) -> None:
+        with self._lock:
+            self.succeeded += 1
+            self._attempt, self._repeats = None, 0
+
+    def failure(self, code: str, error_type: str, message: str) -> int:
+        """Record a failed execution; returns how many times in a row this code failed this way."""
+        attempt = (normalized_code(code), error_signature(error_type, message))
+        with self._lock:
+            self.last_error = f"{error_type}: {message.strip()}" if message.strip() else error_type
+            self._repeats = self._repeats + 1 if attempt == self._attempt else 1
+            self._attempt = attempt
+            return self._repeats
+
+    def advice(self, repeats: int) -> str | None:
+        """What the model is told on top of the error, or None; raises LoopStopped past the limit."""
+        if repeats >= self.stop_after:
+            raise LoopStopped(
+                f"the same code failed the same way {repeats} times in a row ({self.last_error}); the turn was stopped"
+            )
+        if repeats >= self.warn_after:
+            return (
+                f"[Fleet] This same code has now failed with the same error {repeats} times in a row. "
+                "Running it again will fail again. Take a different approach: use what is available "
+                "(see the error above), change the method, or SUBMIT an answer that says what could not "
+                f"be done. After {self.stop_after} identical failures the turn is stopped."
+            )
+        return None
+
+
+class GuardedExtract(dspy.Predict):  # type: ignore[misc]
+    """The RLM's extract predictor, which refuses to run when nothing was ever computed."""
+
+    def __init__(self, signature: Any, guard: LoopGuard, on_extract: Any = None) -> None:
+        super().__init__(signature)
+        self._guard = guard
+        self._on_extract = on_extract
+
+    def _check(self) -> None:
+        if self._guard.succeeded == 0:
+            last = self._guard.last_error or "no code ran"
+            raise NothingComputed(
+                f"the iteration budget ran out and no code ran successfully; the last error was: {last}"
+            )
+        if self._on_extract is not None:
+            self._on_extract()
+
+    def forward(self, **kwargs: Any) -> Any:
+        self._check()
+        return super().forward(**kwargs)
+
+    async def aforward(self, **kwargs: Any) -> Any:
+        self._check()
+        return await super().aforward(**kwargs)

@@ -1,0 +1,151 @@
+"""Honest outcomes: how an answer was reached, failed executions shown, no answer made up from errors,
+no loop on one failure. Each scripted model here follows the prompt; the behaviour under test is
+what Fleet does around it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fleet_rlm.engine.events import EventType
+from fleet_rlm.testing.scripted_model import fields_reply, rlm_step
+
+from .conftest import Harness
+
+
+def prompt_text(request: dict[str, Any]) -> str:
+    return json.dumps(request.get("messages"))
+
+
+def test_a_submitted_answer_says_so(harness: Harness) -> None:
+    harness.server.script("root", rlm_step("Compute.", "SUBMIT(answer=str(6 * 7))"))
+    run = harness.run("Multiply")
+    assert run.outcome.status == "completed"
+    assert (run.outcome.answer, run.outcome.answer_source, run.outcome.unverified) == ("42", "submitted", False)
+    completed = run.of(EventType.TURN_COMPLETED)[0].data
+    assert (completed["answer_source"], completed["unverified"], completed["unverified_reason"]) == (
+        "submitted",
+        False,
+        None,
+    )
+
+
+def test_a_failed_execution_streams_its_error_type_message_line_and_traceback(harness: Harness) -> None:
+    failing = "values = [1, 2]\ntotal = sum(values)\nprint(total / 0)"
+    harness.server.script("root", rlm_step("Divide.", failing), rlm_step("Fix.", "SUBMIT(answer='fixed')"))
+    run = harness.run("Divide")
+    assert run.outcome.status == "completed"
+    [failure] = run.of(EventType.EXECUTION_FAILED)
+    assert failure.data["error_type"] == "ZeroDivisionError"
+    assert failure.data["message"] == "division by zero"
+    assert failure.data["line"] == 3
+    assert "print(total / 0)" in failure.data["traceback"]
+    assert "worker.py" not in failure.data["traceback"]
+    # It belongs to the iteration whose code failed, right after that code.
+    codes = run.of(EventType.CODE)
+    assert failure.span_id == codes[0].span_id
+    assert failure.seq > codes[0].seq
+
+
+def test_a_syntax_error_is_an_execution_failure_too(harness: Harness) -> None:
+    harness.server.script("root", rlm_step("Oops.", "print('a'\n"), rlm_step("Fix.", "SUBMIT(answer='ok')"))
+    run = harness.run("Syntax")
+    [failure] = run.of(EventType.EXECUTION_FAILED)
+    assert failure.data["error_type"] == "SyntaxError"
+    assert failure.data["line"] == 1
+
+
+def test_the_model_is_told_what_it_can_import_and_what_to_use_instead_of_a_missing_module(harness: Harness) -> None:
+    harness.server.script(
+        "root", rlm_step("Use pandas.", "import pandas as pd"), rlm_step("Use csv.", "SUBMIT(answer='done')")
+    )
+    run = harness.run("Load the data")
+    assert run.outcome.status == "completed"
+    first, second = harness.server.model.requests_for("root")[:2]
+    assert "You can import the Python standard library and these installed packages:" in prompt_text(first)
+    observation = prompt_text(second)
+    assert "No module named 'pandas'" in observation
+    assert "'pandas' is not installed in the sandbox and cannot be installed" in observation
+    assert "the standard library is available (csv, json" in observation
+
+
+def test_the_same_failure_twice_gets_plain_advice_and_four_times_ends_the_turn_incomplete(harness: Harness) -> None:
+    same = rlm_step("Load it.", "import pandas as pd\ndf = pd.read_csv('files/sales.csv')")
+    # Layout and comments differ: it is still the same code.
+    reworded = rlm_step("Again.", "import pandas as pd   # try again\n\ndf = pd.read_csv('files/sales.csv')")
+    harness.server.script("root", same, reworded, same, reworded, rlm_step("Never reached.", "SUBMIT(answer='x')"))
+
+    run = harness.run("Revenue by region", files={"sales.csv": "region,amount\nnorth,3\n"}, max_iterations=10)
+
+    assert run.outcome.status == "incomplete"
+    assert "the same code failed the same way 4 times in a row" in str(run.outcome.error)
+    assert "ModuleNotFoundError: No module named 'pandas'" in str(run.outcome.error)
+    assert str(run.outcome.answer).startswith("I could not compute the result:")
+    assert len(run.of(EventType.EXECUTION_FAILED)) == 4
+    [terminal] = run.of(EventType.TURN_INCOMPLETE)
+    assert terminal.data["answer"] == run.outcome.answer
+    assert terminal.data["reason"] == run.outcome.error
+    requests = harness.server.model.requests_for("root")
+    assert len(requests) == 4  # stopped at once: no fifth attempt, no extract step
+    assert "[Fleet] This same code has now failed with the same error 2 times" in prompt_text(requests[2])
+    assert "[Fleet] This same code" not in prompt_text(requests[1])
+
+
+def test_a_different_error_resets_the_count(harness: Harness) -> None:
+    steps = [rlm_step("A.", "1/0"), rlm_step("B.", "1/0"), rlm_step("C.", "[][1]"), rlm_step("D.", "1/0")]
+    harness.server.script("root", *steps, rlm_step("E.", "SUBMIT(answer='done')"))
+    run = harness.run("Anything", max_iterations=10)
+    assert run.outcome.status == "completed"
+    assert run.outcome.answer == "done"
+
+
+def test_no_successful_execution_means_no_extract_and_an_incomplete_turn(harness: Harness) -> None:
+    harness.server.script("root", rlm_step("A.", "1/0"), rlm_step("B.", "open('files/missing.csv')"))
+    harness.server.script("root", fields_reply(answer="north 702, south 468"))  # an extract reply, never asked for
+
+    run = harness.run("Revenue", max_iterations=2)
+
+    assert run.outcome.status == "incomplete"
+    assert run.outcome.error == (
+        "the iteration budget ran out and no code ran successfully; the last error was: "
+        "FileNotFoundError: [Errno 2] No such file or directory: 'files/missing.csv'"
+    )
+    assert "702" not in str(run.outcome.answer)
+    assert len(harness.server.model.requests_for("root")) == 2
+    assert [e.data["budget"] for e in run.of(EventType.BUDGET_EXHAUSTED)] == ["iterations"]
+
+
+def test_an_extracted_answer_is_completed_but_unverified(harness: Harness) -> None:
+    harness.server.script("root", rlm_step("Look.", "print(sum([1, 2, 3]))"), fields_reply(answer="The total is 6."))
+
+    run = harness.run("Total", max_iterations=1)
+
+    assert run.outcome.status == "completed"
+    assert run.outcome.answer == "The total is 6."
+    assert run.outcome.answer_source == "extracted"
+    assert run.outcome.unverified
+    completed = run.of(EventType.TURN_COMPLETED)[0].data
+    assert completed["unverified"] is True
+    assert "not checked by running code" in completed["unverified_reason"]
+    warnings = [e.data["message"] for e in run.of(EventType.WARNING)]
+    assert any("(unverified)" in message for message in warnings)
+
+
+def test_a_direct_answer_says_it_came_without_code(harness: Harness) -> None:
+    harness.server.script("root", fields_reply(reasoning="Greeting.", answer="Hello!"))
+    run = harness.run("Say hello", mode="direct")
+    assert (run.outcome.status, run.outcome.answer_source, run.outcome.unverified) == ("completed", "direct", False)
+
+
+def test_a_child_agent_follows_the_same_loop_guard(harness: Harness) -> None:
+    parent = "r = spawn_agent('CHILD loops')\nprint(r['status'], r['error'])\nSUBMIT(answer=r['status'])"
+    harness.server.script_for_task("root", "PARENT", rlm_step("Delegate.", parent))
+    harness.server.script_for_task("root", "CHILD loops", *[rlm_step("Again.", "import polars")] * 4)
+
+    run = harness.run("PARENT")
+
+    assert run.outcome.status == "completed"
+    assert run.outcome.answer == "incomplete"
+    [finished] = run.of(EventType.CHILD_FINISHED)
+    assert finished.data["outcome"] == "incomplete"
+    assert "4 times in a row" in finished.data["error"]
