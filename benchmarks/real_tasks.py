@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from real_tasks_data import TASKS, Task
 
-from fleet_rlm.engine.events import Event
+from fleet_rlm.engine.events import Event, EventType
 from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn
 from fleet_rlm.testing.real_model import SPECS, RealModelServer
 from fleet_rlm.testing.real_model.server import API_KEY
@@ -76,6 +76,8 @@ class Result:
     input_tokens: int
     output_tokens: int
     seconds: float
+    trace: list[str] = field(default_factory=list)
+    """The code the model ran and what it printed, cut short: to see where a route went wrong."""
 
     @property
     def wrong_but_claimed(self) -> bool:
@@ -105,7 +107,20 @@ def run_fleet(server: RealModelServer, task: Task, route: str, root: Path, limit
     turn = build_turn(settings, TurnRequest(task=text, workspace=workspace.root, mode=route), events.append)
     started = time.monotonic()
     outcome = asyncio.run(turn.run())
-    return fleet_result(task, route, outcome, time.monotonic() - started)
+    result = fleet_result(task, route, outcome, time.monotonic() - started)
+    result.trace = [line for event in events if (line := trace_line(event))]
+    return result
+
+
+def trace_line(event: Event) -> str | None:
+    data = event.data
+    if event.type is EventType.CODE:
+        return f"code: {str(data.get('code'))[:400]}"
+    if event.type is EventType.OUTPUT:
+        return f"output: {str(data.get('text'))[:400]}"
+    if event.type is EventType.EXECUTION_FAILED:
+        return f"error: {data.get('error_type')}: {str(data.get('message'))[:300]}"
+    return None
 
 
 def fleet_result(task: Task, route: str, outcome: TurnOutcome, seconds: float) -> Result:
@@ -141,10 +156,17 @@ class DeadlineLM(dspy.LM):  # type: ignore[misc]
 
     deadline = float("inf")
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return super().__call__(*args, **kwargs)
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return await super().acall(*args, **kwargs)
+
+    def _check(self) -> None:
         if time.monotonic() > self.deadline:
             raise TimeoutError("the baseline's deadline passed")
-        return super().forward(*args, **kwargs)
 
 
 @contextlib.contextmanager
@@ -204,8 +226,11 @@ def run_baseline(server: RealModelServer, task: Task, root: Path, limits: Limits
         extracted = prediction.get("final_reasoning") == "Extract forced final output"
         kind = "extracted" if extracted else "submitted"
         iterations = len(prediction.trajectory) + (1 if extracted else 0)
+        trace = [f"{key}: {str(step.get(key))[:400]}" for step in prediction.trajectory for key in ("code", "output")]
     else:
-        kind, iterations = "failed", sum(1 for call in calls if "generate_action" in str(call.get("messages", "")))
+        # The RLM's action prompts carry the iteration number; its extract prompt and llm_query calls do not.
+        trace = []
+        kind, iterations = "failed", sum(1 for call in calls if "[[ ## iteration ## ]]" in str(call.get("messages")))
     return Result(
         task=task.name,
         route="baseline",
@@ -219,6 +244,7 @@ def run_baseline(server: RealModelServer, task: Task, root: Path, limits: Limits
         input_tokens=sum(int((call.get("usage") or {}).get("prompt_tokens") or 0) for call in calls),
         output_tokens=sum(int((call.get("usage") or {}).get("completion_tokens") or 0) for call in calls),
         seconds=seconds,
+        trace=trace,
     )
 
 
@@ -323,13 +349,16 @@ def main(argv: list[str] | None = None) -> None:
     results: list[Result] = []
     started = time.monotonic()
     model = f"{SPECS[args.model].alias} ({args.model})"
-    with RealModelServer(SPECS[args.model]) as server, tempfile.TemporaryDirectory(prefix="fleet-quality-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fleet-quality-") as tmp:
         for repeat in range(args.repeats):
             for task in tasks:
                 for route in routes:
                     root = Path(tmp) / f"{task.name}-{route}-{repeat}"
                     root.mkdir()
-                    result = run_one(server, task, route, root, limits)
+                    # A fresh server per run: a reply abandoned at a deadline keeps a server busy until it
+                    # ends, and would otherwise be paid for by the next run.
+                    with RealModelServer(SPECS[args.model]) as server:
+                        result = run_one(server, task, route, root, limits)
                     result.repeat = repeat
                     results.append(result)
                     print(describe(result), flush=True)
