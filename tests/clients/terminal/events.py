@@ -50,6 +50,9 @@ def sample_turn_with_a_child() -> TurnEvents:
     turn.add(
         EventType.TURN_COMPLETED,
         answer="**north** wins",
+        answer_source="submitted",
+        unverified=False,
+        unverified_reason=None,
         usage={"iterations": 1, "model_calls": 3, "input_tokens": 30, "output_tokens": 9, "duration": 7.0},
         artifacts=[{"path": "artifacts/out.csv", "size": 2048, "sha256": "ab"}],
     )
