@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from real_tasks_data import TASKS, Task
 
-from fleet_rlm.engine.events import Event, EventType
 from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn
+from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.testing.real_model import SPECS, RealModelServer
 from fleet_rlm.testing.real_model.server import API_KEY
 from fleet_rlm.workspace.layout import Workspace

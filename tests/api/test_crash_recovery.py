@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fleet_rlm.api.client import FleetClient
-from fleet_rlm.engine.events import EventType
+from fleet_rlm.protocol.events import EventType
 from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 from .server import ServerProcess

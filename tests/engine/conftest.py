@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.events import Event, EventType
 from fleet_rlm.engine.turn import Turn, TurnOutcome, TurnRequest, build_turn
+from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.testing.scripted_model import ScriptedModelServer
 from fleet_rlm.testing.settings import scripted_settings
 from fleet_rlm.workspace.layout import Workspace

@@ -4,7 +4,7 @@ import asyncio
 import threading
 import time
 
-from fleet_rlm.engine.events import EventType
+from fleet_rlm.protocol.events import EventType
 from fleet_rlm.testing.scripted_model import Reply, fields_reply, rlm_step
 
 from .conftest import Harness

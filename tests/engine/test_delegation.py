@@ -4,7 +4,7 @@ import asyncio
 import json
 import time
 
-from fleet_rlm.engine.events import Event, EventType
+from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.testing.processes import live_sandbox_pids
 from fleet_rlm.testing.scripted_model import Reply, rlm_step
 from fleet_rlm.workspace.hashing import hash_file

@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from fleet_rlm.engine.events import EventType
+from fleet_rlm.protocol.events import EventType
 from fleet_rlm.service.service import FleetService, TurnSubmission
 from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 

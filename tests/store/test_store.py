@@ -5,7 +5,7 @@ import datetime as dt
 
 import pytest
 
-from fleet_rlm.engine.events import Event, EventType
+from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.store import Conflict, FileChanges, FileRecord, Invalid, NotFound, Store
 
 pytestmark = pytest.mark.anyio

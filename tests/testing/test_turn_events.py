@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet_rlm.engine.events import EventType
+from fleet_rlm.protocol.events import EventType
 from fleet_rlm.testing.turn_events import event_problems
 
 from ..clients.terminal.events import TurnEvents, sample_turn_with_a_child

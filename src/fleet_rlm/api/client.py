@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 
 import httpx
 
-from fleet_rlm.engine.events import Event
+from fleet_rlm.protocol.events import Event
 
 API_PREFIX = "/api/v1"
 

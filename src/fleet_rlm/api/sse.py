@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 from fastapi.responses import StreamingResponse
 
-from fleet_rlm.engine.events import Event
+from fleet_rlm.protocol.events import Event
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Connection": "keep-alive"}
 RETRY_MS = 1000

@@ -24,13 +24,14 @@ import dspy
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
-from fleet_rlm.engine.events import EventEmitter, EventType, new_id
+from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import LoopGuard, could_not_compute, incomplete_in
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM
 from fleet_rlm.engine.observe import ObservedSandbox, RLMCallbacks, TurnObserver, TurnTrace
 from fleet_rlm.engine.program import build_rlm
 from fleet_rlm.engine.usage import TurnUsage
+from fleet_rlm.protocol.events import EventType, new_id
 from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxSpec
 from fleet_rlm.workspace.hashing import HashingReader
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, Workspace

@@ -16,8 +16,9 @@ from dspy.primitives.code_interpreter import CodeExecutionError
 from dspy.utils.callback import BaseCallback
 
 from fleet_rlm.engine.bridge import BridgeGuard
-from fleet_rlm.engine.events import EventEmitter, EventType, new_id
+from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import LoopGuard
+from fleet_rlm.protocol.events import EventType, new_id
 from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, Sandbox
 from fleet_rlm.workspace.tree import SafeTree
 

@@ -23,14 +23,15 @@ from fleet_rlm.config import Settings
 from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.delegation import Delegation
-from fleet_rlm.engine.events import SCHEMA_VERSION, EventEmitter, EventSink, EventType, new_id
+from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import UNVERIFIED_REASON, LoopGuard, could_not_compute, incomplete_in
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM, build_lm
+from fleet_rlm.engine.modes.context import RouteContext
+from fleet_rlm.engine.modes.select import RouteRefused, run_route, select_route
 from fleet_rlm.engine.observe import ObservedSandbox, TurnObserver, TurnTrace
 from fleet_rlm.engine.program import render_history
-from fleet_rlm.engine.routes.context import RouteContext
-from fleet_rlm.engine.routes.select import RouteRefused, run_route, select_route
+from fleet_rlm.protocol.events import SCHEMA_VERSION, EventSink, EventType, new_id
 from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxSpec
 from fleet_rlm.sandbox.volume import remove_volume_directory
 from fleet_rlm.workspace.hashing import hash_workspace_file

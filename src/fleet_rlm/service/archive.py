@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.events import Event, new_id
+from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.service.archive_reader import (
     MAX_EVENT_LINE_BYTES,
     MAX_EVENT_VALUES,

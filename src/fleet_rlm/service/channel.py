@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from fleet_rlm.engine.events import Event
+from fleet_rlm.protocol.events import Event
 
 
 class TurnChannel:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.events import Event, EventType, new_id
 from fleet_rlm.engine.turn import HistoryEntry, Turn, TurnOutcome, TurnRequest, build_turn
+from fleet_rlm.protocol.events import Event, EventType, new_id
 from fleet_rlm.service.channel import TurnChannel
 from fleet_rlm.service.files import SessionFiles
 from fleet_rlm.service.pool import Lease, SandboxPool

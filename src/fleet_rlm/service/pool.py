@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleet_rlm.engine.events import new_id
+from fleet_rlm.protocol.events import new_id
 from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxObserver, SandboxSpec
 from fleet_rlm.sandbox.volume import Volume, remove_volume_directory
 from fleet_rlm.workspace.layout import Workspace

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.events import Event
 from fleet_rlm.engine.turn import default_backend
+from fleet_rlm.protocol.events import Event
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits
 from fleet_rlm.service import archive
 from fleet_rlm.service.channel import ChannelRegistry

@@ -17,7 +17,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable
 
-from fleet_rlm.engine.events import Event
+from fleet_rlm.protocol.events import Event
 from fleet_rlm.store import Store
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from fleet_rlm.engine.events import Event, EventType
+from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.store.database import Database
 from fleet_rlm.store.errors import Invalid, NotFound
 from fleet_rlm.store.records import FileChanges

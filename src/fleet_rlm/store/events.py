@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import insert, select
 
-from fleet_rlm.engine.events import Event
+from fleet_rlm.protocol.events import Event
 from fleet_rlm.store.base import StoreBase, event_of, event_row
 from fleet_rlm.store.tables import EventRow
 

@@ -16,7 +16,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from fleet_rlm.engine.events import Event, EventType, new_id
+from fleet_rlm.protocol.events import Event, EventType, new_id
 from fleet_rlm.store.base import event_row
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound
 from fleet_rlm.store.events import EventQueries

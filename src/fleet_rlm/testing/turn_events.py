@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from fleet_rlm.engine.events import TERMINAL_TYPES, Event, EventType
+from fleet_rlm.protocol.events import TERMINAL_TYPES, Event, EventType
 
 
 def event_problems(raw: list[dict[str, Any]]) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from fleet_rlm.engine.events import Event, EventType
+from fleet_rlm.protocol.events import Event, EventType
 
 ROOT = "span_root"
 

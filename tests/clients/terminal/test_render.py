@@ -9,7 +9,7 @@ from fleet_rlm.clients.cli.render import EventRenderer
 from fleet_rlm.clients.terminal.status import TurnStatus
 from fleet_rlm.clients.terminal.stream import Footer
 from fleet_rlm.clients.terminal.trace import trace_tree
-from fleet_rlm.engine.events import EventType
+from fleet_rlm.protocol.events import EventType
 
 from .events import ROOT, TurnEvents, sample_turn_with_a_child
 

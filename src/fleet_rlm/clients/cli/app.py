@@ -11,7 +11,7 @@ from rich.console import Console
 
 from fleet_rlm.clients.cli import serve as serve_cli
 from fleet_rlm.clients.cli import sessions as sessions_cli
-from fleet_rlm.clients.terminal.command import chat_command
+from fleet_rlm.clients.cli.chat import chat_command
 from fleet_rlm.config import ConfigError, load_settings, require_model
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 
 from fleet_rlm.config import ConfigError, Settings, config_files, load_settings
-from fleet_rlm.engine.events import Event, EventType
 from fleet_rlm.engine.turn import TurnRequest, build_turn, default_backend
+from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 

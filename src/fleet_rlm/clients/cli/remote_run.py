@@ -20,7 +20,7 @@ from rich.console import Console
 from fleet_rlm.api.client import ApiFailure, FleetClient
 from fleet_rlm.clients.cli.exit_codes import EXIT_FAILED, exit_code_for
 from fleet_rlm.clients.cli.render import EventRenderer, json_line
-from fleet_rlm.engine.events import EventType
+from fleet_rlm.protocol.events import EventType
 
 
 def run_remote(

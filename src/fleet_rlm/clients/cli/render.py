@@ -22,7 +22,7 @@ from rich.rule import Rule
 from rich.syntax import Syntax
 from rich.text import Text
 
-from fleet_rlm.engine.events import Event, EventType
+from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.workspace.manifest import human_size
 
 INDENT_PER_LEVEL = 4

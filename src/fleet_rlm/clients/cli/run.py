@@ -13,10 +13,10 @@ from rich.console import Console
 from fleet_rlm.clients.cli.exit_codes import exit_code_for
 from fleet_rlm.clients.cli.render import EventRenderer, json_line
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.events import Event, new_id
 from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn, default_backend
 from fleet_rlm.logs import log_to_file
 from fleet_rlm.processes import pid_alive
+from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.sandbox.base import SandboxLimits
 from fleet_rlm.sandbox.volume import remove_volume_directory
 from fleet_rlm.workspace.layout import Workspace

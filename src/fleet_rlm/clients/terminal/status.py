@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from fleet_rlm.engine.events import Event, EventType
+from fleet_rlm.protocol.events import Event, EventType
 
 MODEL_TOOLS = ("llm_query", "llm_query_batched")
 

@@ -21,7 +21,7 @@ from rich.text import Text
 from fleet_rlm.api.client import ApiFailure, FleetClient
 from fleet_rlm.clients.cli.render import EventRenderer
 from fleet_rlm.clients.terminal.status import TurnStatus
-from fleet_rlm.engine.events import Event
+from fleet_rlm.protocol.events import Event
 
 RECONNECT_PATIENCE = 90.0
 MAX_BACKOFF = 2.0

@@ -14,7 +14,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from fleet_rlm.clients.cli.render import preview, usage_line
-from fleet_rlm.engine.events import Event, EventType
+from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.workspace.manifest import human_size
 
 OUTPUT_LINES = 20

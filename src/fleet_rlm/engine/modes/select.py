@@ -15,12 +15,12 @@ from typing import cast, get_args
 
 from fleet_rlm.config import Mode
 from fleet_rlm.engine.budget import budget_error_in, one_line
-from fleet_rlm.engine.events import EventType
-from fleet_rlm.engine.routes.context import RouteContext
-from fleet_rlm.engine.routes.direct import run_direct
-from fleet_rlm.engine.routes.flex import run_flex
-from fleet_rlm.engine.routes.rlm import run_rlm
-from fleet_rlm.engine.routes.triage import Route, triage
+from fleet_rlm.engine.modes.context import RouteContext
+from fleet_rlm.engine.modes.direct import run_direct
+from fleet_rlm.engine.modes.flex import run_flex
+from fleet_rlm.engine.modes.rlm import run_rlm
+from fleet_rlm.engine.modes.triage import Route, triage
+from fleet_rlm.protocol.events import EventType
 
 MODES: tuple[str, ...] = get_args(Mode)
 ROUTES: dict[str, Callable[[RouteContext], str]] = {"direct": run_direct, "flex": run_flex, "rlm": run_rlm}

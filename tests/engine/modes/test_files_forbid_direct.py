@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fleet_rlm.engine.events import EventType
+from fleet_rlm.protocol.events import EventType
 from fleet_rlm.testing.scripted_model import fields_reply, rlm_step
 
 from ..conftest import Harness

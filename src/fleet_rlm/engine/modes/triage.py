@@ -13,7 +13,7 @@ from typing import Literal
 
 import dspy
 
-from fleet_rlm.engine.routes.context import RouteContext
+from fleet_rlm.engine.modes.context import RouteContext
 
 Route = Literal["direct", "flex", "rlm"]
 HISTORY_CHARS = 2000

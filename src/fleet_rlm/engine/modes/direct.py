@@ -11,10 +11,10 @@ import dataclasses
 
 import dspy
 
-from fleet_rlm.engine.events import EventType, new_id
 from fleet_rlm.engine.inputs import Text
-from fleet_rlm.engine.routes.context import RouteContext
-from fleet_rlm.engine.routes.rlm import stream_program
+from fleet_rlm.engine.modes.context import RouteContext
+from fleet_rlm.engine.modes.rlm import stream_program
+from fleet_rlm.protocol.events import EventType, new_id
 
 
 class DirectAnswer(dspy.Signature):  # type: ignore[misc]

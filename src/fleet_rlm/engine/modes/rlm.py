@@ -8,10 +8,10 @@ from typing import Any
 import dspy
 from dspy.streaming import StatusMessageProvider, StreamListener, StreamResponse
 
-from fleet_rlm.engine.events import EventType
+from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.observe import RLMCallbacks
 from fleet_rlm.engine.program import build_rlm
-from fleet_rlm.engine.routes.context import RouteContext
+from fleet_rlm.protocol.events import EventType
 
 
 def run_rlm(ctx: RouteContext) -> str:

@@ -3,8 +3,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fleet_rlm.engine.events import Event, EventType
 from fleet_rlm.engine.turn import HistoryEntry, TurnRequest, build_turn
+from fleet_rlm.protocol.events import Event, EventType
 
 from ..conftest import Harness, TurnRun
 

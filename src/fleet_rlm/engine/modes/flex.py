@@ -12,10 +12,10 @@ from __future__ import annotations
 import dspy
 from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError
 
-from fleet_rlm.engine.events import EventType, new_id
+from fleet_rlm.engine.modes.context import RouteContext
+from fleet_rlm.engine.modes.flex_bridge import BridgedLM, ValueReturningSandbox
 from fleet_rlm.engine.program import FleetTask
-from fleet_rlm.engine.routes.context import RouteContext
-from fleet_rlm.engine.routes.flex_bridge import BridgedLM, ValueReturningSandbox
+from fleet_rlm.protocol.events import EventType, new_id
 
 # Fleet's starting module: one bounded pass. Its code reads the workspace's text input files (it
 # runs in the sandbox, at the workspace), then one ChainOfThought answers from them. An optimizer

@@ -1,0 +1,1 @@
+"""The event protocol every layer speaks: event types, turn statuses and payloads, versioned."""
