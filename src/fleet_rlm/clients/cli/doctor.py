@@ -12,7 +12,7 @@ import httpx
 from fleet_rlm.config import ConfigError, Settings, config_files, load_settings
 from fleet_rlm.engine.turn import TurnRequest, build_turn
 from fleet_rlm.protocol.events import Event, EventType
-from fleet_rlm.sandbox.registry import configured_backend
+from fleet_rlm.sandbox.registry import UnknownSandboxBackend, backend_names, configured_backend
 from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 
@@ -37,6 +37,8 @@ def check_config() -> tuple[Check, Settings | None]:
 def check_sandbox(settings: Settings) -> Check:
     try:
         result = configured_backend(settings).check()
+    except UnknownSandboxBackend as exc:
+        return Check("sandbox", False, str(exc), f"set sandbox_backend to one of: {', '.join(backend_names())}")
     except Exception as exc:
         return Check("sandbox", False, f"{type(exc).__name__}: {exc}", "see docs/sandbox.md")
     return Check("sandbox", result.ok, result.message, result.fix)
