@@ -106,7 +106,9 @@ class Settings(BaseSettings):
     )
 
     # Sandbox.
-    sandbox_backend: Literal["local"] = "local"
+    sandbox_backend: str = Field(
+        "local", min_length=1, description="Where code runs: a backend of fleet_rlm.sandbox.registry ('local')."
+    )
     sandbox_allow_unisolated: bool = Field(
         False, description="Run the worker without bubblewrap when it is missing (no isolation!)."
     )

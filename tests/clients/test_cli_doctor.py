@@ -39,3 +39,20 @@ def test_doctor_shows_each_whole_sandbox_protection(tmp_path: Path) -> None:
         assert "pass  limit: memory cgroup: enforced: 2048 MB for all processes and /tmp together" in result.stdout
         assert "pass  limit: seccomp: enforced" in result.stdout
         assert "pass  limit: disk quota: enforced" in result.stdout
+
+
+def test_an_unknown_sandbox_backend_is_named_by_doctor_and_refused_by_run_and_serve(tmp_path: Path) -> None:
+    env = {
+        "FLEET_SANDBOX_BACKEND": "daytona",
+        "FLEET_LM_MODEL": "openai/x",
+        "FLEET_LM_BASE_URL": "http://127.0.0.1:9/v1",
+    }
+    doctor = fleet(["doctor"], tmp_path, env)
+    assert doctor.returncode == 1
+    assert "FAIL  sandbox: unknown sandbox backend 'daytona'" in doctor.stdout
+    assert "fix: set sandbox_backend to one of: local" in doctor.stdout
+    for command in (["run", "hello"], ["serve", "--port", "9"]):
+        refused = fleet(command, tmp_path, env)
+        assert refused.returncode == 2, refused.stderr
+        assert "fleet: error: unknown sandbox backend 'daytona'" in refused.stderr
+        assert "known backends: local" in refused.stderr

@@ -19,13 +19,13 @@ from dspy.primitives.code_interpreter import CodeInterpreterError
 
 from fleet_rlm.api.server import server_settings
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.turn import default_backend
 from fleet_rlm.sandbox import cgroups
 from fleet_rlm.sandbox.base import SandboxLimits, SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
 from fleet_rlm.sandbox.owners import new_name
 from fleet_rlm.sandbox.protections import ProtectionOptions, leftovers_of, reap_stale
+from fleet_rlm.sandbox.registry import configured_backend
 
 from .helpers import RecordingObserver
 from .limits_probes import FILL_TMP_WITH_1GB, FORK_BOMB_COUNT, FOUR_BIG_PROCESSES, FOUR_SPINNERS, SYSCALL_PROBE
@@ -279,9 +279,9 @@ def test_require_limits_refuses_a_sandbox_that_cannot_be_bounded(workspace: Path
 def test_a_server_requires_limits_unless_told_otherwise_and_fleet_run_does_not(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path)
     assert settings.sandbox_require_limits is None
-    run_backend = default_backend(settings)
-    served_backend = default_backend(server_settings(settings))
-    told_off = default_backend(server_settings(settings.model_copy(update={"sandbox_require_limits": False})))
+    run_backend = configured_backend(settings)
+    served_backend = configured_backend(server_settings(settings))
+    told_off = configured_backend(server_settings(settings.model_copy(update={"sandbox_require_limits": False})))
     assert isinstance(run_backend, LocalSandboxBackend) and run_backend.require_limits is False
     assert isinstance(served_backend, LocalSandboxBackend) and served_backend.require_limits is True
     assert isinstance(told_off, LocalSandboxBackend) and told_off.require_limits is False

@@ -34,7 +34,7 @@ def test_rlm_turn_runs_on_the_sandbox(
     scripted_server.script("sub", "a short summary", fields_reply(answer="7421"))
     root = dspy.LM("openai/root", api_base=scripted_server.base_url, api_key="x", cache=False)
     sub = dspy.LM("openai/sub", api_base=scripted_server.base_url, api_key="x", cache=False)
-    factory = SandboxFactory(backend, lambda: SandboxSpec(workspace, limits=TEST_LIMITS, observer=observer))
+    factory = SandboxFactory(backend, SandboxSpec(workspace, limits=TEST_LIMITS, observer=observer))
     rlm = dspy.RLM("context -> answer: str, code: int", max_iters=5, sub_lm=sub, interpreter_factory=factory)
 
     with dspy.context(lm=root):
@@ -58,7 +58,7 @@ def test_execution_instructions_reach_the_model(
 ) -> None:
     scripted_server.script("root", rlm_step("Answer.", "SUBMIT(answer='ok')"))
     root = dspy.LM("openai/root", api_base=scripted_server.base_url, api_key="x", cache=False)
-    factory = SandboxFactory(backend, lambda: SandboxSpec(workspace, limits=TEST_LIMITS))
+    factory = SandboxFactory(backend, SandboxSpec(workspace, limits=TEST_LIMITS))
     with dspy.context(lm=root):
         assert dspy.RLM("question -> answer", max_iters=2, interpreter_factory=factory)(question="?").answer == "ok"
     [request] = scripted_server.model.requests_for("root")

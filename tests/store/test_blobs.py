@@ -41,3 +41,18 @@ def test_garbage_collection_keeps_only_referenced_blobs(tmp_path: Path) -> None:
     (tmp_path / "ses_1" / "staging" / "half-written").write_bytes(b"...")
     assert blobs.collect_garbage("ses_1", {keep}) == 2
     assert blobs.path("ses_1", keep).exists() and not blobs.path("ses_1", drop).exists()
+
+
+def test_an_adopted_scratch_file_becomes_the_blob_of_its_content_without_a_copy_left(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path)
+    first, second = blobs.scratch_file("ses_1"), blobs.scratch_file("ses_1")
+    first.write_bytes(b"pulled out of a sandbox")
+    second.write_bytes(b"pulled out of a sandbox")
+
+    sha, size = blobs.adopt("ses_1", first)
+    assert (sha, size) == (hashlib.sha256(b"pulled out of a sandbox").hexdigest(), 23)
+    assert blobs.adopt("ses_1", second) == (sha, size)
+
+    assert blobs.path("ses_1", sha).read_bytes() == b"pulled out of a sandbox"
+    assert list((tmp_path / "ses_1" / "staging").iterdir()) == []
+    assert len(list((tmp_path / "ses_1" / "blobs").iterdir())) == 1

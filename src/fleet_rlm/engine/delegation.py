@@ -22,13 +22,12 @@ from typing import Any
 import dspy
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import LoopGuard, could_not_compute, incomplete_in
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM
-from fleet_rlm.engine.observe import ObservedSandbox, RLMCallbacks, TurnObserver, TurnTrace
+from fleet_rlm.engine.observe import RLMCallbacks, TurnObserver, TurnTrace, observed_sandboxes
 from fleet_rlm.engine.program import build_rlm
 from fleet_rlm.engine.usage import TurnUsage
 from fleet_rlm.protocol.events import EventType, new_id
@@ -244,22 +243,15 @@ class ChildRun:
 
     def _think(self, workspace: Workspace, outcome: dict[str, Any]) -> None:
         budget = self.d.budget
-        limits = SandboxLimits.from_settings(self.d.settings)
         spec = SandboxSpec(
             workspace=workspace.root,
-            limits=limits,
+            limits=SandboxLimits.from_settings(self.d.settings),
             labels={"turn": self.d.turn_id, "child": self.child_id},
             observer=TurnObserver(self.trace),
         )
-
-        def factory() -> ObservedSandbox:
-            budget.check_alive()
-            sandbox = self.d.backend.create(spec)
-            self.sandboxes.append(sandbox)
-            self.d.register_sandbox(sandbox)
-            return ObservedSandbox(sandbox, self.trace, lambda: None, BridgeGuard.for_settings(self.d.settings))
-
-        factory.execution_instructions = self.d.backend.execution_instructions  # type: ignore[attr-defined]
+        factory = observed_sandboxes(
+            self.d.backend, spec, self.trace, self.d.settings, admit=budget.check_alive, on_create=self._register
+        )
         rlm = build_rlm(
             max_iterations=self.d.settings.child_max_iterations,
             max_model_calls=budget.max_model_calls,
@@ -284,6 +276,10 @@ class ChildRun:
             outcome["answer"] = str(prediction.answer)
         except BaseException as exc:  # a child's failure is a result for its parent, never a crash
             outcome.update(_child_failure(exc, budget))
+
+    def _register(self, sandbox: Sandbox) -> None:
+        self.sandboxes.append(sandbox)
+        self.d.register_sandbox(sandbox)
 
     def _promote(self, workspace: Workspace) -> tuple[list[str], list[dict[str, Any]]]:
         """Copy the child's artifacts into the parent's ``artifacts/children/<child id>/``.

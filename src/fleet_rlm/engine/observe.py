@@ -15,11 +15,12 @@ from dspy.predict.rlm import _strip_code_fences
 from dspy.primitives.code_interpreter import CodeExecutionError
 from dspy.utils.callback import BaseCallback
 
+from fleet_rlm.config import Settings
 from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import LoopGuard
 from fleet_rlm.protocol.events import EventType, new_id
-from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, Sandbox
+from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, Sandbox, SandboxBackend, SandboxFactory, SandboxSpec
 from fleet_rlm.workspace.tree import SafeTree
 
 PREVIEW_CHARS = 200
@@ -187,6 +188,10 @@ class ObservedSandbox:
     def isolated(self) -> bool:
         return self._inner.isolated
 
+    @property
+    def spec(self) -> SandboxSpec:
+        return self._inner.spec
+
     def start(self) -> None:
         self._inner.start()
 
@@ -218,6 +223,26 @@ class ObservedSandbox:
 
     def shutdown(self) -> None:
         self._inner.shutdown()
+
+
+def observed_sandboxes(
+    backend: SandboxBackend,
+    spec: SandboxSpec,
+    trace: TurnTrace,
+    settings: Settings,
+    *,
+    admit: Callable[[], None],
+    on_create: Callable[[Sandbox], None],
+    after_execute: Callable[[], None] = lambda: None,
+) -> SandboxFactory:
+    """The sandbox factory of one RLM loop (a turn's or a child agent's): ``admit`` may refuse a
+    sandbox, ``on_create`` registers it for cancel, and each is observed by ``trace`` with its tool
+    calls checked by a guard of its own."""
+
+    def observed(sandbox: Sandbox) -> Sandbox:
+        return ObservedSandbox(sandbox, trace, after_execute, BridgeGuard.for_settings(settings))
+
+    return SandboxFactory(backend, spec, admit=admit, on_create=on_create, wrap=observed)
 
 
 def describe_failure(exc: BaseException) -> dict[str, Any]:

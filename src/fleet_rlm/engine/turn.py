@@ -20,7 +20,6 @@ import dspy
 from dspy.primitives.code_interpreter import CodeInterpreterError
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.delegation import Delegation
 from fleet_rlm.engine.emitter import EventEmitter
@@ -29,10 +28,11 @@ from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM, build_lm
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.select import RouteRefused, run_route, select_route
-from fleet_rlm.engine.observe import ObservedSandbox, TurnObserver, TurnTrace
+from fleet_rlm.engine.observe import TurnObserver, TurnTrace, observed_sandboxes
 from fleet_rlm.engine.program import render_history
 from fleet_rlm.protocol.events import SCHEMA_VERSION, EventSink, EventType, new_id
-from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxSpec
+from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxFactory, SandboxLimits, SandboxSpec
+from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.sandbox.volume import remove_volume_directory
 from fleet_rlm.workspace.hashing import hash_workspace_file
 from fleet_rlm.workspace.layout import Workspace
@@ -84,12 +84,6 @@ class TurnOutcome:
     @property
     def unverified(self) -> bool:
         return self.unverified_reason is not None
-
-
-def default_backend(settings: Settings) -> SandboxBackend:
-    from fleet_rlm.sandbox.local import LocalSandboxBackend
-
-    return LocalSandboxBackend.from_settings(settings)
 
 
 class Turn:
@@ -250,26 +244,22 @@ class Turn:
         if self._stop.is_set():
             sandbox.interrupt()
 
-    def _sandbox_factory(self) -> Any:
-        limits = SandboxLimits.from_settings(self.settings)
-        observer = TurnObserver(self.trace)
+    def _sandbox_factory(self) -> SandboxFactory:
         spec = SandboxSpec(
             workspace=self.workspace.root,
-            limits=limits,
+            limits=SandboxLimits.from_settings(self.settings),
             labels={"turn": self.turn_id},
-            observer=observer,
+            observer=TurnObserver(self.trace),
         )
-
-        def factory() -> ObservedSandbox:
-            self.budget.check_alive()
-            sandbox = self.backend.create(spec)
-            self._register_sandbox(sandbox)
-            return ObservedSandbox(
-                sandbox, self.trace, self._announce_artifacts, BridgeGuard.for_settings(self.settings)
-            )
-
-        factory.execution_instructions = self.backend.execution_instructions  # type: ignore[attr-defined]
-        return factory
+        return observed_sandboxes(
+            self.backend,
+            spec,
+            self.trace,
+            self.settings,
+            admit=self.budget.check_alive,
+            on_create=self._register_sandbox,
+            after_execute=self._announce_artifacts,
+        )
 
     def _task_text(self) -> str:
         task = self.request.task
@@ -378,4 +368,4 @@ def build_turn(
     settings: Settings, request: TurnRequest, *sinks: EventSink, backend: SandboxBackend | None = None
 ) -> Turn:
     """Prepare a turn; nothing runs until ``await turn.run()``."""
-    return Turn(settings, request, sinks, backend or default_backend(settings))
+    return Turn(settings, request, sinks, backend or configured_backend(settings))

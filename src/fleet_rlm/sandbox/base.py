@@ -3,20 +3,25 @@
 A sandbox is one persistent Python worker plus one workspace directory. It implements DSPy's
 ``CodeInterpreter`` protocol (mutable ``tools``, ``start``/``execute``/``shutdown``,
 ``output_fields`` for a typed ``SUBMIT``) so that ``dspy.RLM`` runs on it unchanged. Backends
-(``local`` with bubblewrap today, Daytona later) subclass :class:`SandboxBackend`.
+(``local`` with bubblewrap today, Daytona later) subclass :class:`SandboxBackend` and are chosen
+by name in :mod:`fleet_rlm.sandbox.registry`. Every sandbox is made through a
+:class:`SandboxFactory`; files move between the host and a workspace through the backend's
+:class:`WorkspaceFiles`.
 """
 
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from dspy.primitives.code_interpreter import CodeExecutionError
 
 from fleet_rlm.config import Settings
+from fleet_rlm.sandbox.transfer import HostDirectoryFiles, Readable
 from fleet_rlm.sandbox.volume import Volume, plain_volume
 
 
@@ -91,7 +96,9 @@ class Sandbox(Protocol):
 
     tools: dict[str, Callable[..., Any]]
     output_fields: list[dict[str, Any]] | None
-    spec: SandboxSpec
+
+    @property
+    def spec(self) -> SandboxSpec: ...
 
     @property
     def isolated(self) -> bool: ...
@@ -104,6 +111,24 @@ class Sandbox(Protocol):
         """Kill whatever is running now (cancel); the sandbox is unusable afterwards."""
 
     def shutdown(self) -> None: ...
+
+
+class WorkspaceFiles(Protocol):
+    """Moving files between the host and one sandbox workspace: the seam a backend whose workspace
+    is not a host directory implements. ``sandbox_rel`` is relative to the workspace root
+    (``files/a.csv``). Everything in the workspace may have been written by hostile code, so a pull
+    copies only a regular file and never follows a link."""
+
+    def push(self, source: Path | Readable, sandbox_rel: str) -> int:
+        """Put ``source`` (a host file, or a stream) at ``sandbox_rel``, parents made, replacing what
+        was there, whole or not at all; returns the bytes written."""
+        ...
+
+    def pull(self, sandbox_rel: str, destination: Path) -> int:
+        """Copy the regular file at ``sandbox_rel`` to the host file ``destination`` (replaced whole);
+        returns its size. A link or special file there raises ``UnsafeEntry``, a missing one
+        ``FileNotFoundError`` (both ``OSError``)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -143,6 +168,11 @@ class SandboxBackend(abc.ABC):
     name: str = "abstract"
     execution_instructions: str = ""
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """This backend as ``settings`` configure it (what the registry calls)."""
+        return cls()
+
     @abc.abstractmethod
     def create(self, spec: SandboxSpec) -> Sandbox:
         """Make a new, not yet started sandbox for ``spec``. Raises SandboxUnavailable."""
@@ -153,6 +183,11 @@ class SandboxBackend(abc.ABC):
         once every sandbox on it has ended."""
         return plain_volume(directory)
 
+    def workspace_files(self, workspace: Path) -> WorkspaceFiles:
+        """How the host puts files into the workspace at ``workspace`` and takes them out. A
+        backend whose workspace is a host directory keeps this; a remote one overrides it."""
+        return HostDirectoryFiles(workspace)
+
     def check(self) -> BackendCheck:
         """Whether this backend works here, for ``fleet doctor``."""
         return BackendCheck(True, f"sandbox backend {self.name!r} available")
@@ -162,21 +197,48 @@ class SandboxBackend(abc.ABC):
         return True
 
 
-class SandboxFactory:
-    """A zero-argument factory ``dspy.RLM`` calls once per forward; it carries the backend's
-    ``execution_instructions`` and remembers the sandboxes it made so callers can cancel them."""
+def _nothing() -> None:
+    return None
 
-    def __init__(self, backend: SandboxBackend, spec_factory: Callable[[], SandboxSpec]) -> None:
+
+class SandboxFactory:
+    """The one way sandboxes are made: for a turn, a child agent and the pool alike.
+
+    ``dspy.RLM`` calls it with no arguments once per forward and reads the backend's
+    ``execution_instructions`` off it. Before each sandbox, ``admit`` may refuse by raising (a spent
+    budget, a cancelled turn); ``on_create`` hears of each new sandbox (to interrupt it on cancel);
+    the caller gets ``wrap(sandbox)``. It remembers what it made, for :meth:`interrupt_all`.
+    """
+
+    def __init__(
+        self,
+        backend: SandboxBackend,
+        spec: SandboxSpec,
+        *,
+        admit: Callable[[], None] = _nothing,
+        on_create: Callable[[Sandbox], None] | None = None,
+        wrap: Callable[[Sandbox], Sandbox] | None = None,
+    ) -> None:
         self.backend = backend
+        self.spec = spec
         self.execution_instructions = backend.execution_instructions
-        self._spec_factory = spec_factory
+        self._admit = admit
+        self._on_create = on_create
+        self._wrap = wrap
+        self._lock = threading.Lock()
         self.created: list[Sandbox] = []
 
     def __call__(self) -> Sandbox:
-        sandbox = self.backend.create(self._spec_factory())
-        self.created.append(sandbox)
-        return sandbox
+        self._admit()
+        sandbox = self.backend.create(self.spec)
+        with self._lock:
+            self.created.append(sandbox)
+        if self._on_create is not None:
+            self._on_create(sandbox)
+        return sandbox if self._wrap is None else self._wrap(sandbox)
 
     def interrupt_all(self) -> None:
-        for sandbox in self.created:
+        with self._lock:
+            made = list(self.created)
+        for sandbox in made:
             sandbox.interrupt()

@@ -9,6 +9,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 from dspy.primitives.code_interpreter import CodeInterpreterError
 
@@ -103,7 +104,7 @@ class LocalSandboxBackend(SandboxBackend):
         self.execution_instructions = f"{EXECUTION_INSTRUCTIONS} {importable_packages(self.runtime())}"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> LocalSandboxBackend:
+    def from_settings(cls, settings: Settings) -> Self:
         return cls(
             allow_unisolated=settings.sandbox_allow_unisolated,
             require_limits=bool(settings.sandbox_require_limits),

@@ -143,7 +143,7 @@ class TurnExecution:
         self.lease = await self.pool.acquire(plan.session.id, self.turn_id)
         records = await self.store.list_files(plan.session.id)
         workspace = self.lease.workspace
-        placed = await asyncio.to_thread(self.files.materialize, plan.session.id, records, workspace)
+        placed = await asyncio.to_thread(self.files.materialize, plan.session.id, records, self.lease.files)
         history = await self.store.history(plan.session.id, before_position=plan.turn.position)
         if self.cancel_requested or not await self.store.mark_running(self.turn_id):
             return self._stopped_outcome(), None
@@ -169,7 +169,9 @@ class TurnExecution:
             log.error("turn %s: the engine returned without a terminal event", self.turn_id)
         if outcome.status != "completed":
             return outcome, None
-        changes = await asyncio.to_thread(self.files.collect_changes, plan.session.id, workspace, placed)
+        changes = await asyncio.to_thread(
+            self.files.collect_changes, plan.session.id, workspace, self.lease.files, placed
+        )
         return outcome, changes
 
     def _stopped_outcome(self) -> TurnOutcome:

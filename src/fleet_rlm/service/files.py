@@ -4,6 +4,8 @@ Bytes live in the session's :class:`~fleet_rlm.store.BlobStore`, metadata in the
 gets private copies in its sandbox's workspace (:func:`materialize`); when it completes, what it
 wrote under ``artifacts/`` and ``memory/`` is collected (:func:`collect_changes`) and committed
 with the turn. Files under ``files/`` are the person's uploads: a turn's edits there are not kept.
+Bytes cross into and out of the workspace only through its backend's
+:class:`~fleet_rlm.sandbox.base.WorkspaceFiles` (push and pull).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from fleet_rlm.sandbox.base import WorkspaceFiles
 from fleet_rlm.store import BlobStore, FileChanges, FileRecord, Invalid
 from fleet_rlm.workspace.hashing import hash_workspace_file
 from fleet_rlm.workspace.kinds import FileKind, detect_kind
@@ -84,18 +87,18 @@ class SessionFiles:
             return FileKind.BINARY
         return detect_kind(record.path, head, tail, head_is_whole_file=record.size <= _SAMPLE)
 
-    def materialize(self, session_id: str, records: list[FileRecord], workspace: Workspace) -> dict[str, str]:
-        """Copy the session's files into ``workspace`` (written through descriptors: its sandbox may
-        already run); returns path -> sha256 of what was put there."""
+    def materialize(self, session_id: str, records: list[FileRecord], files: WorkspaceFiles) -> dict[str, str]:
+        """Push the session's files into a turn's workspace (its sandbox may already run); returns
+        path -> sha256 of what was put there."""
         placed: dict[str, str] = {}
-        tree = workspace.tree
         for record in records:
-            with self.blobs.open(session_id, record.sha256) as blob:
-                tree.write(record.path, blob)
+            files.push(self.blob_path(session_id, record), record.path)
             placed[record.path] = record.sha256
         return placed
 
-    def collect_changes(self, session_id: str, workspace: Workspace, before: Mapping[str, str]) -> FileChanges:
+    def collect_changes(
+        self, session_id: str, workspace: Workspace, files: WorkspaceFiles, before: Mapping[str, str]
+    ) -> FileChanges:
         """What the turn changed under ``artifacts/`` and ``memory/``, with new bytes already stored.
 
         Links and special files are never followed or opened (see :mod:`fleet_rlm.workspace.tree`)."""
@@ -108,8 +111,7 @@ class SessionFiles:
                     if before.get(found.rel) == hash_workspace_file(found).sha256:
                         seen.add(found.rel)
                         continue
-                    with found.open() as handle:
-                        sha, size = self.blobs.put_stream(session_id, handle)
+                    sha, size = self._pull_blob(session_id, files, found.rel)
                 except OSError:  # changed or replaced since it was listed: not collected
                     continue
                 seen.add(found.rel)
@@ -118,3 +120,12 @@ class SessionFiles:
             path for path in before if PurePosixPath(path).parts[0] in KEPT_FROM_TURNS and path not in seen
         )
         return FileChanges(upserts=upserts, deletions=deletions)
+
+    def _pull_blob(self, session_id: str, files: WorkspaceFiles, rel: str) -> tuple[str, int]:
+        scratch = self.blobs.scratch_file(session_id)
+        try:
+            files.pull(rel, scratch)
+        except BaseException:
+            scratch.unlink(missing_ok=True)
+            raise
+        return self.blobs.adopt(session_id, scratch)

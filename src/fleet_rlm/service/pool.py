@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from fleet_rlm.protocol.events import new_id
-from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxObserver, SandboxSpec
+from fleet_rlm.sandbox.base import (
+    Sandbox,
+    SandboxBackend,
+    SandboxFactory,
+    SandboxLimits,
+    SandboxObserver,
+    SandboxSpec,
+    WorkspaceFiles,
+)
 from fleet_rlm.sandbox.volume import Volume, remove_volume_directory
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
@@ -89,6 +97,9 @@ class LeasedBackend(SandboxBackend):
     def workspace_volume(self, directory: Path, limits: SandboxLimits) -> Volume:
         return self.inner.workspace_volume(directory, limits)
 
+    def workspace_files(self, workspace: Path) -> WorkspaceFiles:
+        return self.inner.workspace_files(workspace)
+
     def create(self, spec: SandboxSpec) -> Sandbox:
         with self._lock:
             warm, self._warm = self._warm, None
@@ -122,6 +133,8 @@ class Lease:
     directory: Path
     workspace: Workspace
     backend: LeasedBackend
+    files: WorkspaceFiles
+    """How the session's files go into the workspace and the turn's results come out."""
     session_id: str
     turn_id: str
     warm: bool
@@ -203,6 +216,7 @@ class SandboxPool:
             directory=directory,
             workspace=workspace,
             backend=backend,
+            files=backend.workspace_files(workspace.root),
             session_id=session_id,
             turn_id=turn_id,
             warm=warm is not None,
@@ -262,7 +276,7 @@ class SandboxPool:
         labels = {"runner": self.runner, "sandbox": sandbox_id}
         _write_label(directory, labels)
         observer = SwitchableObserver()
-        sandbox = self.backend.create(SandboxSpec(workspace.root, self.limits, labels, observer))
+        sandbox = SandboxFactory(self.backend, SandboxSpec(workspace.root, self.limits, labels, observer))()
         sandbox.start()
         return _Warm(sandbox, observer, labels)
 

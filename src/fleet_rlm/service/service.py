@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.turn import default_backend
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits
+from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.service import archive
 from fleet_rlm.service.channel import ChannelRegistry
 from fleet_rlm.service.execution import TurnExecution, TurnPlan
@@ -100,7 +100,7 @@ class FleetService:
     @property
     def backend(self) -> SandboxBackend:
         if self._backend is None:
-            self._backend = default_backend(self.settings)
+            self._backend = configured_backend(self.settings)
         return self._backend
 
     @property
@@ -191,6 +191,14 @@ class FleetService:
         if mode is not None:
             check_session_settings({"mode": mode}, self.settings)
         return await self.store.create_session(name=name, title=title, mode=mode, settings=checked)
+
+    async def get_session(self, ref: str) -> SessionRecord:
+        """The session with id or unique name ``ref``; raises NotFound."""
+        return await self.store.get_session(ref)
+
+    async def list_sessions(self, *, limit: int = 50, offset: int = 0) -> list[SessionRecord]:
+        """Sessions, most recently active first."""
+        return await self.store.list_sessions(limit=limit, offset=offset)
 
     async def update_session(self, ref: str, **changes: Any) -> SessionRecord:
         if "settings" in changes:
@@ -291,6 +299,10 @@ class FleetService:
     async def list_turns(self, session_ref: str, *, after: int = 0, limit: int = 50) -> list[TurnRecord]:
         session = await self.store.get_session(session_ref)
         return await self.store.list_turns(session.id, after=after, limit=limit)
+
+    async def get_turn(self, turn_id: str) -> TurnRecord:
+        """The turn as stored now; raises NotFound."""
+        return await self.store.get_turn(turn_id)
 
     async def cancel_turn(self, turn_id: str) -> TurnRecord:
         turn = await self.store.get_turn(turn_id)

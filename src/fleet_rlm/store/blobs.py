@@ -95,6 +95,24 @@ class BlobStore:
         with source.open("rb") as handle:
             return self.put_stream(session_id, handle)
 
+    def adopt(self, session_id: str, source: Path) -> tuple[str, int]:
+        """Take a finished file of ours in the session's staging area (a :meth:`scratch_file`) as a
+        blob, moving it rather than copying; returns (sha256, size)."""
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with source.open("rb") as handle:
+                while chunk := handle.read(CHUNK):
+                    size += len(chunk)
+                    digest.update(chunk)
+                os.fsync(handle.fileno())
+        except BaseException:
+            source.unlink(missing_ok=True)
+            raise
+        sha = digest.hexdigest()
+        self._settle(session_id, source, sha)
+        return sha, size
+
     def open(self, session_id: str, sha256: str) -> IO[bytes]:
         """A blob's bytes, to copy into a workspace (as an independent file: the reader may modify it)."""
         return self.path(session_id, sha256).open("rb")

@@ -36,7 +36,7 @@ UPLOAD_BODY = multipart_upload("file", "path", "Where to put it, relative to fil
 async def upload_file(session: str, request: Request, service: Service) -> FileOut:
     """Upload one file (multipart field ``file``) into the session's ``files/``; replaces a file at the same path.
     The body is cut off at the upload limit (:mod:`fleet_rlm.api.body_limits`)."""
-    await service.store.get_session(session)
+    await service.get_session(session)
     async with request.form(max_files=1, max_fields=4) as form:
         upload = form.get("file")
         if not isinstance(upload, UploadFile):

@@ -31,7 +31,7 @@ async def list_sessions(
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> SessionPage:
     """Sessions, most recently active first."""
-    records = await service.store.list_sessions(limit=limit + 1, offset=offset)
+    records = await service.list_sessions(limit=limit + 1, offset=offset)
     more = len(records) > limit
     return SessionPage(items=[SessionOut.of(r) for r in records[:limit]], next_offset=offset + limit if more else None)
 
@@ -39,7 +39,7 @@ async def list_sessions(
 @router.get("/sessions/{session}", response_model=SessionOut, responses=NOT_FOUND)
 async def get_session(session: str, service: Service) -> SessionOut:
     """``session`` is the id or the unique name."""
-    return SessionOut.of(await service.store.get_session(session))
+    return SessionOut.of(await service.get_session(session))
 
 
 @router.patch("/sessions/{session}", response_model=SessionOut, responses={**NOT_FOUND, 409: {"model": ErrorBody}})

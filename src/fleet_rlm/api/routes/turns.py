@@ -66,7 +66,7 @@ async def list_turns(
 
 @router.get("/turns/{turn_id}", response_model=TurnOut, responses=TURN_NOT_FOUND)
 async def get_turn(turn_id: str, service: Service) -> TurnOut:
-    return TurnOut.of(await service.store.get_turn(turn_id))
+    return TurnOut.of(await service.get_turn(turn_id))
 
 
 @router.post(
@@ -85,7 +85,7 @@ async def stream_ticket(turn_id: str, request: Request, service: Service, ticket
     """A ticket that opens this turn's event stream once, within 30 seconds, without the token:
     for browsers' ``EventSource``, which cannot send headers. Reconnecting takes a new ticket (and
     ``?after=`` the last id seen)."""
-    await service.store.get_turn(turn_id)
+    await service.get_turn(turn_id)
     path = request.url.path.removesuffix("/ticket")
     ticket, expires = tickets.issue(path)
     return StreamTicket(

@@ -76,6 +76,8 @@ def run(
                 turn_timeout=timeout,
             )
         )
+    from fleet_rlm.sandbox.registry import configured_backend_class
+
     try:
         settings = load_settings(
             lm_model=model,
@@ -85,6 +87,7 @@ def run(
             mode=mode,
         )
         require_model(settings)
+        configured_backend_class(settings)
     except ConfigError as exc:
         raise fail(str(exc)) from None
     for path in file or []:

@@ -10,8 +10,9 @@ from pathlib import Path
 import httpx
 
 from fleet_rlm.config import ConfigError, Settings, config_files, load_settings
-from fleet_rlm.engine.turn import TurnRequest, build_turn, default_backend
+from fleet_rlm.engine.turn import TurnRequest, build_turn
 from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.sandbox.registry import UnknownSandboxBackend, backend_names, configured_backend
 from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 
@@ -35,7 +36,9 @@ def check_config() -> tuple[Check, Settings | None]:
 
 def check_sandbox(settings: Settings) -> Check:
     try:
-        result = default_backend(settings).check()
+        result = configured_backend(settings).check()
+    except UnknownSandboxBackend as exc:
+        return Check("sandbox", False, str(exc), f"set sandbox_backend to one of: {', '.join(backend_names())}")
     except Exception as exc:
         return Check("sandbox", False, f"{type(exc).__name__}: {exc}", "see docs/sandbox.md")
     return Check("sandbox", result.ok, result.message, result.fix)

@@ -13,11 +13,12 @@ from rich.console import Console
 from fleet_rlm.clients.cli.exit_codes import exit_code_for
 from fleet_rlm.clients.cli.render import EventRenderer, json_line
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn, default_backend
+from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn
 from fleet_rlm.logs import log_to_file
 from fleet_rlm.processes import pid_alive
 from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.sandbox.base import SandboxLimits
+from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.sandbox.volume import remove_volume_directory
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.mirror import Mirror
@@ -60,7 +61,7 @@ def run_local(
         else:
             renderer.render(event)
 
-    backend = default_backend(settings)
+    backend = configured_backend(settings)
     reap_stale_runs(settings.runs_dir)
     volume = backend.workspace_volume(
         settings.runs_dir / f"{os.getpid()}-{turn_id}", SandboxLimits.from_settings(settings)

@@ -20,12 +20,14 @@ def serve_command(
 ) -> None:
     """Run Fleet's HTTP API: durable sessions, turns streamed over SSE."""
     from fleet_rlm.api.server import check_bind, serve
+    from fleet_rlm.sandbox.registry import configured_backend_class
     from fleet_rlm.store import database_url
     from fleet_rlm.store.database import Database
 
     try:
         settings = load_settings(server_host=host, server_port=port)
         check_bind(settings, settings.server_host)
+        configured_backend_class(settings)
         display = Database(database_url(settings)).display_url
     except ConfigError as exc:
         print(f"fleet: error: {exc}", file=sys.stderr)

@@ -83,7 +83,7 @@ def list_sessions(url: UrlOption = None, token: TokenOption = None, as_json: Jso
     """Sessions, most recently active first."""
 
     async def local(service: FleetService) -> list[dict[str, Any]]:
-        return [_session_json(r) for r in await service.store.list_sessions(limit=10_000)]
+        return [_session_json(r) for r in await service.list_sessions(limit=10_000)]
 
     rows = _remote(url, token, lambda c: c.sessions()) if url else _local(local)
     if as_json:
@@ -107,8 +107,8 @@ def show_session(
     async def local(service: FleetService) -> dict[str, Any]:
         from fleet_rlm.api.schemas import FileOut, TurnOut
 
-        record = await service.store.get_session(session)
-        turns = await service.store.list_turns(record.id, limit=1_000_000)
+        record = await service.get_session(session)
+        turns = await service.list_turns(record.id, limit=1_000_000)
         files = await service.list_files(record.id)
         return {
             **_session_json(record),
