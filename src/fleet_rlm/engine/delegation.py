@@ -27,7 +27,7 @@ from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, b
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import LoopGuard, could_not_compute, incomplete_in
 from fleet_rlm.engine.inputs import Text
-from fleet_rlm.engine.lm import MeteredLM
+from fleet_rlm.engine.lm import MeteredLM, program_context
 from fleet_rlm.engine.observe import ObservedSandbox, RLMCallbacks, TurnObserver, TurnTrace
 from fleet_rlm.engine.program import build_rlm
 from fleet_rlm.engine.usage import TurnUsage
@@ -278,7 +278,7 @@ class ChildRun:
         root = MeteredLM(self.d.lm, budget, f"child:{self.child_id}", streaming=False)
         callbacks = RLMCallbacks(self.trace, rlm.generate_action, rlm.extract)
         try:
-            with dspy.context(lm=root, callbacks=[callbacks], usage_tracker=self.usage, track_usage=True):
+            with program_context(root, self.usage, callbacks):
                 prediction = rlm(**inputs)
             budget.check_alive()
             outcome["answer"] = str(prediction.answer)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from dspy.primitives.code_interpreter import CodeExecutionError
+from dspy.primitives import CodeExecutionError
 
 from fleet_rlm.config import Settings
 from fleet_rlm.sandbox.volume import Volume, plain_volume

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dspy.primitives.code_interpreter import CodeInterpreterError
+from dspy.primitives import CodeInterpreterError
 
 from fleet_rlm.config import Settings
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxSpec, SandboxUnavailable

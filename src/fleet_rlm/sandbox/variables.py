@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dspy.primitives.code_interpreter import CodeInterpreterError
+from dspy.primitives import CodeInterpreterError
 
 RESERVED_NAMES = frozenset({"SUBMIT", "__builtins__"})
 _SCALARS = (str, bytes, int, float, bool, type(None))
