@@ -40,10 +40,6 @@ class VariablePlan:
     forget: list[str] = field(default_factory=list)
     _next: dict[str, _Held] = field(default_factory=dict)
 
-    @property
-    def payload_size(self) -> int:
-        return sum(map(len, self.encoded.values())) + sum(map(len, self.encoded_bytes.values()))
-
 
 class VariableCache:
     def __init__(self) -> None:
