@@ -112,7 +112,9 @@ class MeteredLM(BaseLM):  # type: ignore[misc]
         return set(getattr(self._lm, "supported_params", set()))
 
 
-def program_context(lm: BaseLM, usage: UsageTracker, *callbacks: BaseCallback) -> contextlib.AbstractContextManager[None]:
+def program_context(
+    lm: BaseLM, usage: UsageTracker, *callbacks: BaseCallback
+) -> contextlib.AbstractContextManager[None]:
     """The DSPy context a turn's or a child's program runs in: its model, its usage tracker, and Fleet's
     callbacks added after the ones already installed (``dspy.configure(callbacks=...)``, e.g. MLflow's
     DSPy autologging), which ``dspy.context(callbacks=...)`` alone would replace."""
