@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,6 @@ def make_settings(model_server: ScriptedModelServer, home: Path, database_url: s
         return scripted_settings(model_server, home, **values)
 
     return make
-
-
-@pytest.fixture
-def start_server(make_settings: SettingsFactory) -> Iterator[Callable[..., AbstractContextManager[RunningServer]]]:
-    def start(**overrides: Any) -> AbstractContextManager[RunningServer]:
-        return server_in_thread(make_settings(**overrides))
-
-    yield start
 
 
 @pytest.fixture

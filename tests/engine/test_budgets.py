@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 from fleet_rlm.protocol.events import EventType
@@ -83,12 +82,6 @@ def test_output_streams_before_the_execution_ends(harness: Harness) -> None:
     first = next(e for e in outputs if "first" in e.data["text"])
     second = next(e for e in outputs if "second" in e.data["text"])
     assert second.ts - first.ts >= 1.0
-
-
-def _cancel_after(turn_cancel: object, delay: float) -> threading.Timer:
-    timer = threading.Timer(delay, turn_cancel)  # type: ignore[arg-type]
-    timer.start()
-    return timer
 
 
 def test_cancel_kills_running_code_within_a_second(harness: Harness) -> None:

@@ -26,7 +26,7 @@ from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, b
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import LoopGuard, could_not_compute, incomplete_in
 from fleet_rlm.engine.inputs import Text
-from fleet_rlm.engine.lm import MeteredLM
+from fleet_rlm.engine.lm import MeteredLM, program_context
 from fleet_rlm.engine.observe import RLMCallbacks, TurnObserver, TurnTrace, observed_sandboxes
 from fleet_rlm.engine.program import build_rlm
 from fleet_rlm.engine.usage import TurnUsage
@@ -147,7 +147,7 @@ class ChildRun:
         parent: TurnTrace,
         parent_workspace: Workspace,
     ) -> None:
-        self.d = delegation
+        self.delegation = delegation
         self.child_id = child_id
         self.task = task
         self.files = files
@@ -172,8 +172,8 @@ class ChildRun:
             EventType.CHILD_STARTED,
             {"child_id": self.child_id, "depth": self.depth, "task": self.task, "files": self.files},
         )
-        volume = self.d.backend.workspace_volume(
-            self.d.scratch_root / self.child_id, SandboxLimits.from_settings(self.d.settings)
+        volume = self.delegation.backend.workspace_volume(
+            self.delegation.scratch_root / self.child_id, SandboxLimits.from_settings(self.delegation.settings)
         )
         try:
             result = self._run_in(Workspace.create(volume.workspace, mode=SHARED_DIR_MODE))
@@ -203,7 +203,7 @@ class ChildRun:
             self._copy_inputs(workspace)
         except (PathEscapeError, OSError) as exc:
             return _result(self.child_id, "failed", error=f"bad file for child: {_reason(exc)}")
-        deadline = min(self.d.settings.child_timeout, self.d.budget.remaining_seconds())
+        deadline = min(self.delegation.settings.child_timeout, self.delegation.budget.remaining_seconds())
         if deadline <= 0:
             return _result(self.child_id, "timeout", error="no time left in the turn for a child agent")
         outcome: dict[str, Any] = {}
@@ -242,23 +242,28 @@ class ChildRun:
             child.copy_from(parent, rel, "/".join((FILES, *names)))
 
     def _think(self, workspace: Workspace, outcome: dict[str, Any]) -> None:
-        budget = self.d.budget
+        budget = self.delegation.budget
         spec = SandboxSpec(
             workspace=workspace.root,
-            limits=SandboxLimits.from_settings(self.d.settings),
-            labels={"turn": self.d.turn_id, "child": self.child_id},
+            limits=SandboxLimits.from_settings(self.delegation.settings),
+            labels={"turn": self.delegation.turn_id, "child": self.child_id},
             observer=TurnObserver(self.trace),
         )
         factory = observed_sandboxes(
-            self.d.backend, spec, self.trace, self.d.settings, admit=budget.check_alive, on_create=self._register
+            self.delegation.backend,
+            spec,
+            self.trace,
+            self.delegation.settings,
+            admit=budget.check_alive,
+            on_create=self._register,
         )
         rlm = build_rlm(
-            max_iterations=self.d.settings.child_max_iterations,
+            max_iterations=self.delegation.settings.child_max_iterations,
             max_model_calls=budget.max_model_calls,
-            max_output_chars=self.d.settings.max_output_chars,
-            sub_lm=MeteredLM(self.d.sub_lm, budget, f"child-sub:{self.child_id}", streaming=False),
+            max_output_chars=self.delegation.settings.max_output_chars,
+            sub_lm=MeteredLM(self.delegation.sub_lm, budget, f"child-sub:{self.child_id}", streaming=False),
             interpreter_factory=factory,
-            tools=self.d.tools(depth=self.depth, parent=self.trace, workspace=workspace) or None,
+            tools=self.delegation.tools(depth=self.depth, parent=self.trace, workspace=workspace) or None,
             guard=self.trace.guard,
             on_extract=self.trace.mark_extracted,
         )
@@ -267,10 +272,10 @@ class ChildRun:
             "workspace": Text(render_manifest(build_manifest(workspace))),
             "history": Text(self.context or "(no context from the parent agent)"),
         }
-        root = MeteredLM(self.d.lm, budget, f"child:{self.child_id}", streaming=False)
+        root = MeteredLM(self.delegation.lm, budget, f"child:{self.child_id}", streaming=False)
         callbacks = RLMCallbacks(self.trace, rlm.generate_action, rlm.extract)
         try:
-            with dspy.context(lm=root, callbacks=[callbacks], usage_tracker=self.usage, track_usage=True):
+            with program_context(root, self.usage, callbacks):
                 prediction = rlm(**inputs)
             budget.check_alive()
             outcome["answer"] = str(prediction.answer)
@@ -279,7 +284,7 @@ class ChildRun:
 
     def _register(self, sandbox: Sandbox) -> None:
         self.sandboxes.append(sandbox)
-        self.d.register_sandbox(sandbox)
+        self.delegation.register_sandbox(sandbox)
 
     def _promote(self, workspace: Workspace) -> tuple[list[str], list[dict[str, Any]]]:
         """Copy the child's artifacts into the parent's ``artifacts/children/<child id>/``.
@@ -311,7 +316,7 @@ class ChildRun:
                         "source_path": entry.rel,
                         "sha256": reader.sha256,
                         "child_id": self.child_id,
-                        "parent_turn": self.d.turn_id,
+                        "parent_turn": self.delegation.turn_id,
                         "task": self.task,
                     }
                 )
@@ -325,7 +330,7 @@ class ChildRun:
         return promoted, provenance
 
     def _usage(self) -> dict[str, Any]:
-        calls = self.d.budget.calls
+        calls = self.delegation.budget.calls
         return {
             "model_calls": calls.get(f"child:{self.child_id}", 0) + calls.get(f"child-sub:{self.child_id}", 0),
             "input_tokens": self.usage.input_tokens,

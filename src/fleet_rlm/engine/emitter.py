@@ -29,9 +29,6 @@ class EventEmitter:
     def closed(self) -> bool:
         return self._closed
 
-    def add_sink(self, sink: EventSink) -> None:
-        self._sinks.append(sink)
-
     def emit(
         self,
         type: EventType,

@@ -8,7 +8,7 @@ turn rather than re-sent on every iteration.
 
 from __future__ import annotations
 
-from dspy.primitives.sandbox_serializable import SandboxSerializable
+from dspy.primitives import SandboxSerializable
 
 
 class Text(SandboxSerializable):  # type: ignore[misc]

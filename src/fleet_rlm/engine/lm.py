@@ -1,4 +1,5 @@
-"""Building the root and sub models from settings, each metered by the turn's budget."""
+"""Building the root and sub models from settings, each metered by the turn's budget, and the DSPy
+context a program runs them in."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import dspy
-from dspy.clients._deprecation import _adapter_call, adapter_message_call
-from dspy.clients.base_lm import BaseLM
+from dspy.clients import BaseLM
+from dspy.utils import BaseCallback
 
 from fleet_rlm.config import Settings, require_model
 from fleet_rlm.engine.budget import TurnBudget
+from fleet_rlm.engine.dspy_compat import UsageTracker, adapter_call_origin, adapter_message_call
 
 
 def build_lm(settings: Settings, *, sub: bool = False) -> dspy.LM:
@@ -64,7 +66,7 @@ class MeteredLM(BaseLM):  # type: ignore[misc]
             if not self._streaming:
                 stack.enter_context(dspy.context(send_stream=None))
             messages = kwargs.get("messages")
-            origin = _adapter_call.get()
+            origin = adapter_call_origin()
             if messages is not None and origin is not None and origin[1] is messages:
                 # DSPy's adapter vouches for its own message call (to this LM, or to a DSPy wrapper such
                 # as the sandbox facade's SandboxLM around it); pass that on to the wrapped LM so it does
@@ -108,3 +110,15 @@ class MeteredLM(BaseLM):  # type: ignore[misc]
     @property
     def supported_params(self) -> set[str]:
         return set(getattr(self._lm, "supported_params", set()))
+
+
+def program_context(
+    lm: BaseLM, usage: UsageTracker, *callbacks: BaseCallback
+) -> contextlib.AbstractContextManager[None]:
+    """The DSPy context a turn's or a child's program runs in: its model, its usage tracker, and Fleet's
+    callbacks added after the ones already installed (``dspy.configure(callbacks=...)``, e.g. MLflow's
+    DSPy autologging), which ``dspy.context(callbacks=...)`` alone would replace."""
+    installed = list(dspy.settings.callbacks or [])
+    return dspy.context(  # type: ignore[no-any-return]
+        lm=lm, callbacks=[*installed, *callbacks], usage_tracker=usage, track_usage=True
+    )

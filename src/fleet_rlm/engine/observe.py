@@ -11,12 +11,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from dspy.predict.rlm import _strip_code_fences
-from dspy.primitives.code_interpreter import CodeExecutionError
-from dspy.utils.callback import BaseCallback
+from dspy.primitives import CodeExecutionError
+from dspy.utils import BaseCallback
 
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.bridge import BridgeGuard
+from fleet_rlm.engine.dspy_compat import strip_code_fences
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import LoopGuard
 from fleet_rlm.protocol.events import EventType, new_id
@@ -272,6 +272,6 @@ def _trimmed(text: str) -> str:
 def _runnable(code: str) -> str:
     """The code as the sandbox will run it: DSPy's own fence stripping, else the text as written."""
     try:
-        return str(_strip_code_fences(code))
+        return str(strip_code_fences(code))
     except SyntaxError:
         return code

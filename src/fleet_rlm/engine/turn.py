@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import dspy
-from dspy.primitives.code_interpreter import CodeInterpreterError
+from dspy.primitives import CodeInterpreterError
 
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from dspy.utils.usage_tracker import UsageTracker
+from fleet_rlm.engine.dspy_compat import UsageTracker
 
 
 class TurnUsage(UsageTracker):  # type: ignore[misc]

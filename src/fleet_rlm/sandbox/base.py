@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Self
 
-from dspy.primitives.code_interpreter import CodeExecutionError
+from dspy.primitives import CodeExecutionError
 
 from fleet_rlm.config import Settings
 from fleet_rlm.sandbox.transfer import HostDirectoryFiles, Readable

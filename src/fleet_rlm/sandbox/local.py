@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from dspy.primitives.code_interpreter import CodeInterpreterError
+from dspy.primitives import CodeInterpreterError
 
 from fleet_rlm.config import Settings
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxSpec, SandboxUnavailable

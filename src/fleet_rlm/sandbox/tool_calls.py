@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dspy.primitives.code_interpreter import CodeInterpreterError
+from dspy.primitives import CodeInterpreterError
 
 from fleet_rlm.sandbox.base import SandboxObserver
 from fleet_rlm.sandbox.protocol import encode_message

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dspy.primitives.code_interpreter import CodeInterpreterError
+from dspy.primitives import CodeInterpreterError
 
 RESERVED_NAMES = frozenset({"SUBMIT", "__builtins__"})
 _SCALARS = (str, bytes, int, float, bool, type(None))
@@ -39,10 +39,6 @@ class VariablePlan:
     reuse: list[str] = field(default_factory=list)
     forget: list[str] = field(default_factory=list)
     _next: dict[str, _Held] = field(default_factory=dict)
-
-    @property
-    def payload_size(self) -> int:
-        return sum(map(len, self.encoded.values())) + sum(map(len, self.encoded_bytes.values()))
 
 
 class VariableCache:

@@ -22,10 +22,6 @@ class TurnChannel:
         self.closed = False
         self._changed = asyncio.Event()
 
-    @property
-    def last_seq(self) -> int:
-        return self.events[-1].seq if self.events else 0
-
     def publish(self, event: Event) -> None:
         if self.closed:
             return

@@ -75,7 +75,6 @@ class TurnExecution:
         self._terminal_seen = asyncio.Event()
         self._last_seq = 0
         self._root_span = new_id("span")
-        self.submitted_at = time.monotonic()
         self.task: asyncio.Task[None] | None = None
 
     # Control ----------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ import contextlib
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,7 +137,6 @@ class Lease:
     session_id: str
     turn_id: str
     warm: bool
-    acquire_seconds: float
     labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -190,7 +188,6 @@ class SandboxPool:
     # Leasing ----------------------------------------------------------------------------------
 
     async def acquire(self, session_id: str, turn_id: str) -> Lease:
-        started = time.perf_counter()
         labels = {"runner": self.runner, "session": session_id, "turn": turn_id}
         if self._idle:
             sandbox_id, warm = self._idle.pop(0)
@@ -220,7 +217,6 @@ class SandboxPool:
             session_id=session_id,
             turn_id=turn_id,
             warm=warm is not None,
-            acquire_seconds=time.perf_counter() - started,
             labels=labels,
         )
 

@@ -28,14 +28,6 @@ class TooLarge(ValueError):
         self.limit = limit
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 class BlobStore:
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -57,12 +57,9 @@ class CuttableProxy:
             self._open.clear()
 
     def pause(self) -> None:
-        """Cut every connection and drop new ones until :meth:`resume` (the server seems gone)."""
+        """Cut every connection and drop new ones from now on (the server seems gone)."""
         self.paused = True
         self.cut()
-
-    def resume(self) -> None:
-        self.paused = False
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

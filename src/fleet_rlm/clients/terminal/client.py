@@ -31,9 +31,6 @@ class ChatClient(FleetClient):
                 return None
             raise
 
-    def last_turns(self, ref: str, count: int) -> list[dict[str, Any]]:
-        return self.turns(ref)[-count:] if count else []
-
     def download_to(self, ref: str, path: str, destination: Path, expected_sha256: str) -> int:
         """Stream the file to ``destination`` (via a ``.partial`` file), verifying its sha256; returns its size."""
         partial = destination.with_name(destination.name + ".partial")

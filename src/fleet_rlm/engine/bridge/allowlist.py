@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
-from dspy.primitives.facade import CALL_TOOL, CONSTRUCT_TOOL
+from fleet_rlm.engine.dspy_compat import CALL_TOOL, CONSTRUCT_TOOL
 
 REQUIRED: Any = ...
 """Marks an argument without a default."""

@@ -16,12 +16,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import dspy
-from dspy.adapters.utils import annotation_allows_none
-from dspy.primitives.facade import SIGNATURE_MARKER
 
 from fleet_rlm.engine.bridge import allowlist as allowed
 from fleet_rlm.engine.bridge.scrub import scrub
 from fleet_rlm.engine.bridge.signature import SignatureRefused, build_signature
+from fleet_rlm.engine.dspy_compat import SIGNATURE_MARKER, annotation_allows_none
 from fleet_rlm.sandbox.tool_calls import ToolError
 
 _HANDLE = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{allowed.MAX_HANDLE_CHARS - 1}}}")

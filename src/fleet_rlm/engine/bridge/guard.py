@@ -14,13 +14,13 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dspy.primitives.code_interpreter import CodeInterpreterError
-from dspy.primitives.facade import CALL_TOOL, CONSTRUCT_TOOL
+from dspy.primitives import CodeInterpreterError
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError, create_model
 
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.bridge import allowlist as allowed
 from fleet_rlm.engine.bridge.facade import FacadeGuard, host_failure, refused
+from fleet_rlm.engine.dspy_compat import CALL_TOOL, CONSTRUCT_TOOL
 from fleet_rlm.sandbox.tool_calls import ToolError
 
 Tool = Callable[..., Any]

@@ -15,10 +15,10 @@ import tokenize
 from typing import Any, Literal, Optional, Union
 
 import dspy
-from dspy.signatures.signature import make_signature
-from dspy.utils.constants import IS_TYPE_UNDEFINED
+from dspy.signatures import make_signature
 
 from fleet_rlm.engine.bridge import allowlist as allowed
+from fleet_rlm.engine.dspy_compat import IS_TYPE_UNDEFINED
 
 
 class SignatureRefused(ValueError):

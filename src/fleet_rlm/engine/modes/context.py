@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
-
-import dspy
 
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.budget import TurnBudget
 from fleet_rlm.engine.inputs import Text
-from fleet_rlm.engine.lm import MeteredLM
+from fleet_rlm.engine.lm import MeteredLM, program_context
 from fleet_rlm.engine.observe import TurnTrace
 
 
@@ -32,8 +31,6 @@ class RouteContext:
     has_files: bool = False
     """True when the turn names context paths or the workspace holds input files."""
 
-    def lm_context(self, *callbacks: Any) -> Any:
+    def lm_context(self, *callbacks: Any) -> AbstractContextManager[None]:
         """The DSPy context every route runs its program in: metered root model, usage tracking."""
-        return dspy.context(
-            lm=self.root_lm, callbacks=list(callbacks), usage_tracker=self.budget.usage, track_usage=True
-        )
+        return program_context(self.root_lm, self.budget.usage, *callbacks)

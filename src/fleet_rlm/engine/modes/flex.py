@@ -10,7 +10,7 @@ working directory, and its output, tool calls and artifacts become the turn's ev
 from __future__ import annotations
 
 import dspy
-from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError
+from dspy.primitives import CodeExecutionError, CodeInterpreterError
 
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.flex_bridge import BridgedLM, ValueReturningSandbox

@@ -14,11 +14,10 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from dspy.clients._deprecation import _adapter_call, adapter_message_call
-from dspy.primitives.code_interpreter import FinalOutput
-from dspy.primitives.facade import SandboxLM
+from dspy.primitives import FinalOutput
 
 from fleet_rlm.engine.budget import BudgetExceeded, TurnCancelled
+from fleet_rlm.engine.dspy_compat import SandboxLM, adapter_call_origin, adapter_message_call
 
 # Tags the value a rewritten trailing expression hands back through SUBMIT.
 _TRAILING_VALUE_KEY = "__fleet_trailing_value__"
@@ -37,6 +36,8 @@ class BridgedLM(SandboxLM):  # type: ignore[misc]
 
     def __init__(self, lm: Any) -> None:
         super().__init__(lm)
+        self.turn_lm = lm
+        """The model this one wraps (kept here rather than read from ``SandboxLM``'s private ``_lm``)."""
         self.stopped_by: BudgetExceeded | TurnCancelled | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -50,10 +51,10 @@ class BridgedLM(SandboxLM):  # type: ignore[misc]
     @contextlib.contextmanager
     def _bridged(self, kwargs: dict[str, Any]) -> Iterator[None]:
         messages = kwargs.get("messages")
-        origin = _adapter_call.get()
+        origin = adapter_call_origin()
         with contextlib.ExitStack() as stack:
             if messages is not None and origin is not None and origin[0] is self and origin[1] is messages:
-                stack.enter_context(adapter_message_call(self._lm, messages))
+                stack.enter_context(adapter_message_call(self.turn_lm, messages))
             try:
                 yield
             except (BudgetExceeded, TurnCancelled) as exc:

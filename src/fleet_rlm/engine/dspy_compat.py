@@ -1,0 +1,91 @@
+"""Every name Fleet takes from DSPy's internals, in one place (checked against DSPy 3.4.1).
+
+DSPy does not export these, so an upgrade may move, rename or reshape any of them without notice.
+The rest of Fleet imports them only from here; ``tests/engine/test_dspy_compat.py`` checks each one
+(its place and the shape Fleet relies on) and names it when an upgrade breaks it. Public DSPy names
+(``dspy.X``, or listed in a DSPy package's ``__all__``) are imported from their public place instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from dspy.adapters.utils import annotation_allows_none as _annotation_allows_none
+    from dspy.clients._deprecation import _adapter_call
+    from dspy.clients._deprecation import adapter_message_call as _adapter_message_call
+    from dspy.predict.rlm import _strip_code_fences
+    from dspy.primitives.facade import CALL_TOOL as _CALL_TOOL
+    from dspy.primitives.facade import CONSTRUCT_TOOL as _CONSTRUCT_TOOL
+    from dspy.primitives.facade import SIGNATURE_MARKER as _SIGNATURE_MARKER
+    from dspy.primitives.facade import SandboxLM as _SandboxLM
+    from dspy.utils.constants import IS_TYPE_UNDEFINED as _IS_TYPE_UNDEFINED
+    from dspy.utils.usage_tracker import UsageTracker as _UsageTracker
+except ImportError as exc:  # pragma: no cover - only on a DSPy upgrade
+    raise ImportError(
+        f"DSPy moved a name Fleet takes from its internals ({exc}); update engine/dspy_compat.py"
+    ) from exc
+
+__all__ = [
+    "CALL_TOOL",
+    "CONSTRUCT_TOOL",
+    "IS_TYPE_UNDEFINED",
+    "SIGNATURE_MARKER",
+    "SandboxLM",
+    "UsageTracker",
+    "adapter_call_origin",
+    "adapter_message_call",
+    "annotation_allows_none",
+    "strip_code_fences",
+]
+
+UsageTracker = _UsageTracker
+"""``dspy.utils.usage_tracker.UsageTracker``: the base of ``engine.usage.TurnUsage``. DSPy hands every
+model call's usage to ``settings.usage_tracker.add_usage(lm, usage_entry)``; Fleet overrides that method
+to count a turn's tokens per model from every thread."""
+
+SandboxLM = _SandboxLM
+"""``dspy.primitives.facade.SandboxLM``: the model as DSPy's sandbox facade lets bridged predictors call
+it; the base of ``engine.modes.flex_bridge.BridgedLM`` (built as ``SandboxLM(lm)``, calls through
+``__call__`` and ``acall``)."""
+
+CONSTRUCT_TOOL = _CONSTRUCT_TOOL
+"""``dspy.primitives.facade.CONSTRUCT_TOOL``: the host tool name DSPy's sandbox shim calls to build a
+bridged predictor; Fleet's bridge guard and allowlist replace and check that tool."""
+
+CALL_TOOL = _CALL_TOOL
+"""``dspy.primitives.facade.CALL_TOOL``: the host tool name DSPy's sandbox shim calls to run a bridged
+predictor; Fleet's bridge guard and allowlist replace and check that tool."""
+
+SIGNATURE_MARKER = _SIGNATURE_MARKER
+"""``dspy.primitives.facade.SIGNATURE_MARKER``: the key marking a ``dspy.Signature(...)`` the shim sends
+as a dict; Fleet's bridge reads the signature text and instructions from such a dict."""
+
+IS_TYPE_UNDEFINED = _IS_TYPE_UNDEFINED
+"""``dspy.utils.constants.IS_TYPE_UNDEFINED``: the field option marking an input written without a type,
+as DSPy's own signature parser marks it; Fleet's bridge builds signatures field by field and sets it too."""
+
+annotation_allows_none = _annotation_allows_none
+"""``dspy.adapters.utils.annotation_allows_none(annotation) -> bool``: whether an input field admits None
+(is optional); Fleet's bridge uses it to tell required inputs of a bridged predictor from optional ones."""
+
+adapter_message_call = _adapter_message_call
+"""``dspy.clients._adapter_message_call(lm, messages)``: the context manager with which DSPy's
+adapter vouches for its own ``messages=`` call to ``lm`` (no deprecation warning). Fleet's model wrappers
+pass that vouching on to the model they wrap."""
+
+strip_code_fences = _strip_code_fences
+"""``dspy.predict.rlm._strip_code_fences(code) -> str``: the code ``dspy.RLM`` will run from what the model
+wrote (markdown fences removed; SyntaxError for a non-Python fence); the ``code`` event shows the same."""
+
+
+def adapter_call_origin() -> tuple[Any, Any] | None:
+    """The ``(lm, messages)`` DSPy's adapter is vouching for right now, or None.
+
+    Reads ``dspy.clients._adapter_call``, the context variable ``adapter_message_call`` sets.
+    """
+    origin = _adapter_call.get()
+    if origin is None:
+        return None
+    lm, messages = origin
+    return lm, messages

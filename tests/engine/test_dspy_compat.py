@@ -1,0 +1,179 @@
+"""Each DSPy internal Fleet relies on is still where ``engine/dspy_compat.py`` takes it from, and still
+has the shape Fleet uses; a DSPy upgrade that breaks one fails here, naming it."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+import dspy
+import pytest
+
+import fleet_rlm
+from fleet_rlm.engine import dspy_compat
+
+COMPAT = "engine/dspy_compat.py"
+
+
+def internal(module: str, name: str) -> Any:
+    """DSPy's ``module.name``, or a failure saying it moved."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        pytest.fail(f"DSPy moved {module}.{name}; update {COMPAT}", pytrace=False)
+
+
+def expect(condition: bool, name: str, what: str) -> None:
+    if not condition:
+        pytest.fail(f"DSPy changed {name}: Fleet relies on {what}; update {COMPAT}", pytrace=False)
+
+
+def parameters(function: Any) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def test_usage_tracker() -> None:
+    tracker = internal("dspy.utils.usage_tracker", "UsageTracker")
+    assert dspy_compat.UsageTracker is tracker
+    expect(
+        parameters(tracker.add_usage) == ["self", "lm", "usage_entry"], "UsageTracker.add_usage", "(lm, usage_entry)"
+    )
+    expect(parameters(tracker.__init__) == ["self"], "UsageTracker()", "a constructor without arguments")
+    typesafe = inspect.getsource(importlib.import_module("dspy.clients.typesafe"))
+    expect("usage_tracker.add_usage(" in typesafe, "UsageTracker", "DSPy reporting usage through add_usage")
+
+
+def test_sandbox_lm_passes_calls_to_the_model_it_wraps() -> None:
+    sandbox_lm = internal("dspy.primitives.facade", "SandboxLM")
+    assert dspy_compat.SandboxLM is sandbox_lm
+    expect(issubclass(sandbox_lm, dspy.BaseLM), "SandboxLM", "a dspy.BaseLM")
+    expect(parameters(sandbox_lm.__init__)[:2] == ["self", "lm"], "SandboxLM", "SandboxLM(lm)")
+
+    class Recorder:
+        model, model_type, kwargs = "recorder", "chat", {"temperature": 0.0}
+
+        def __init__(self) -> None:
+            self.seen: list[Any] = []
+
+        def __call__(self, **kwargs: Any) -> list[str]:
+            self.seen.append(kwargs["messages"])
+            return ["ok"]
+
+    wrapped = Recorder()
+    messages = [{"role": "user", "content": "hi"}]
+    expect(sandbox_lm(wrapped)(messages=messages) == ["ok"], "SandboxLM.__call__", "calling the wrapped model")
+    expect(wrapped.seen == [messages] and wrapped.seen[0] is messages, "SandboxLM", "passing messages on as is")
+    expect(callable(getattr(sandbox_lm, "acall", None)), "SandboxLM.acall", "an async call")
+
+
+@pytest.mark.parametrize("name", ["CONSTRUCT_TOOL", "CALL_TOOL"])
+def test_facade_tool_names_are_what_the_sandbox_shim_calls(name: str) -> None:
+    value = internal("dspy.primitives.facade", name)
+    assert getattr(dspy_compat, name) == value
+    expect(isinstance(value, str) and value.isidentifier(), name, "a tool name")
+    shim = internal("dspy.primitives.facade", "SHIM_SETUP")
+    expect(f'_dspy_host("{value}"' in shim or f'"{value}",' in shim, name, "the shim calling the host tool by it")
+    install = inspect.getsource(internal("dspy.primitives.facade", "FacadeInvocation").install)
+    expect(name in install, name, "FacadeInvocation.install registering the host tool under it")
+
+
+def test_signature_marker_is_what_the_shim_sends() -> None:
+    marker = internal("dspy.primitives.facade", "SIGNATURE_MARKER")
+    assert marker == dspy_compat.SIGNATURE_MARKER
+    shim = internal("dspy.primitives.facade", "SHIM_SETUP")
+    expect(
+        f'{{"{marker}": True, "signature": signature, "instructions": instructions}}' in shim,
+        "SIGNATURE_MARKER",
+        "the shim sending dspy.Signature(...) as {marker: True, 'signature', 'instructions'}",
+    )
+
+
+def test_is_type_undefined_marks_untyped_inputs() -> None:
+    marker = internal("dspy.utils.constants", "IS_TYPE_UNDEFINED")
+    assert marker == dspy_compat.IS_TYPE_UNDEFINED
+    parsed = dspy.Signature("question -> answer").input_fields["question"]
+    expect((parsed.json_schema_extra or {}).get(marker) is True, "IS_TYPE_UNDEFINED", "DSPy marking untyped inputs so")
+    field = dspy.InputField(**{marker: True})
+    expect((field.json_schema_extra or {}).get(marker) is True, "IS_TYPE_UNDEFINED", "dspy.InputField accepting it")
+
+
+def test_annotation_allows_none() -> None:
+    allows_none = internal("dspy.adapters.utils", "annotation_allows_none")
+    assert dspy_compat.annotation_allows_none is allows_none
+    answers = [allows_none(str | None), allows_none(Optional[int]), allows_none(str), allows_none(list[str])]  # noqa: UP045
+    expect(answers == [True, True, False, False], "annotation_allows_none", "True exactly for optional annotations")
+
+
+def test_adapter_message_call_vouches_for_one_call() -> None:
+    vouch = internal("dspy.clients._deprecation", "adapter_message_call")
+    origin = internal("dspy.clients._deprecation", "_adapter_call")
+    warn = internal("dspy.clients._deprecation", "warn_openai_messages")
+    assert dspy_compat.adapter_message_call is vouch
+    lm, messages = object(), [{"role": "user", "content": "hi"}]
+    expect(origin.get() is None and dspy_compat.adapter_call_origin() is None, "_adapter_call", "None outside")
+    with vouch(lm, messages):
+        current = dspy_compat.adapter_call_origin()
+        expect(
+            current is not None and current[0] is lm and current[1] is messages,
+            "_adapter_call",
+            "the (lm, messages) adapter_message_call sets",
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            warn(lm, messages)  # vouched for: no deprecation warning
+    with pytest.warns(DeprecationWarning):
+        warn(lm, messages)
+
+
+def test_strip_code_fences_is_what_rlm_runs() -> None:
+    strip = internal("dspy.predict.rlm", "_strip_code_fences")
+    assert dspy_compat.strip_code_fences is strip
+    expect(strip("```python\nprint(1)\n```") == "print(1)", "_strip_code_fences", "fences removed")
+    expect(strip("print(2)") == "print(2)", "_strip_code_fences", "unfenced code kept")
+    with pytest.raises(SyntaxError):
+        strip("```sql\nselect 1\n```")
+    rlm_source = inspect.getsource(dspy.RLM)
+    expect("_strip_code_fences(" in rlm_source, "_strip_code_fences", "dspy.RLM running the code it returns")
+
+
+def _is_public(module: str, name: str) -> bool:
+    """Whether ``module.name`` is DSPy's public API: a top-level ``dspy`` name, or in a package's ``__all__``."""
+    if name.startswith("_"):
+        return False
+    if module == "dspy":
+        return True
+    if any(part.startswith("_") for part in module.split(".")):
+        return False
+    imported = importlib.import_module(module)
+    return hasattr(imported, "__path__") and name in getattr(imported, "__all__", ())
+
+
+def test_only_the_compat_module_imports_dspy_internals() -> None:
+    root = Path(fleet_rlm.__file__).parent
+    compat = root / COMPAT
+    private: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        if path == compat:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "dspy":
+                private += [
+                    f"{path.relative_to(root)}: {node.module}.{alias.name}"
+                    for alias in node.names
+                    if not _is_public(node.module, alias.name)
+                ]
+            elif isinstance(node, ast.Import):
+                private += [
+                    f"{path.relative_to(root)}: import {alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("dspy.")
+                ]
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                chain = ast.unparse(node)
+                if chain.startswith("dspy."):
+                    private.append(f"{path.relative_to(root)}: {chain}")
+    assert not private, f"DSPy internals outside {COMPAT} (take them from there): {private}"

@@ -1,0 +1,73 @@
+"""A turn's final commit (status, answer, last events, file changes in one transaction): a transient
+database failure is retried; one that persists leaves followers knowing the end and the stored turn
+active, for the next start-up to close as interrupted."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet_rlm.protocol.events import EventType
+from fleet_rlm.service.service import FleetService, TurnSubmission
+from fleet_rlm.store import Database
+from fleet_rlm.testing.faults import FailingCalls
+from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+
+from .conftest import SettingsFactory
+
+pytestmark = pytest.mark.anyio
+
+ANSWER = rlm_step("Answer.", "SUBMIT(answer='forty-two')")
+
+
+async def test_a_transient_commit_failure_is_retried(
+    service: FleetService, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = FailingCalls(failures=1)
+    monkeypatch.setattr(service.store, "finish_turn", failing.wrap(service.store.finish_turn))
+    await service.create_session(name="retry")
+    model_server.script("root", ANSWER)
+    turn, _ = await service.submit_turn("retry", TurnSubmission(message="the answer"))
+
+    events = [e async for e in await service.events(turn.id) if e is not None]
+    done = await service.wait_for_turn(turn.id)
+
+    assert failing.calls == 2
+    assert events[-1].type is EventType.TURN_COMPLETED
+    assert (done.status, done.answer) == ("completed", "forty-two")
+    stored = await service.store.events_after(turn.id)
+    assert stored[-1].type is EventType.TURN_COMPLETED
+    assert [e.seq for e in stored] == [e.seq for e in events]
+
+
+async def test_a_persistent_commit_failure_surfaces_and_the_next_start_closes_the_turn(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings()
+    first = FleetService(settings, database=Database(str(settings.database_url)))
+    await first.start()
+    try:
+        failing = FailingCalls(failures=None)
+        monkeypatch.setattr(first.store, "finish_turn", failing.wrap(first.store.finish_turn))
+        await first.create_session(name="stuck")
+        model_server.script("root", ANSWER)
+        turn, _ = await first.submit_turn("stuck", TurnSubmission(message="the answer"))
+
+        events = [e async for e in await first.events(turn.id) if e is not None]
+        stuck = await first.wait_for_turn(turn.id)
+    finally:
+        await first.stop()
+
+    assert failing.calls > 1  # retried before giving up
+    assert events[-1].type is EventType.TURN_COMPLETED  # followers still learn the end
+    assert stuck.status == "running"  # the database never heard of it
+
+    second = FleetService(settings, database=Database(str(settings.database_url)))
+    await second.start(run_turns=False)
+    try:
+        assert [t.id for t in second.interrupted_at_start] == [turn.id]
+        closed = await second.store.get_turn(turn.id)
+        assert closed.status == "interrupted"
+        stored = [e async for e in await second.events(turn.id) if e is not None]
+        assert stored[-1].type is EventType.TURN_INTERRUPTED
+    finally:
+        await second.stop()

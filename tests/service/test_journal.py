@@ -1,0 +1,150 @@
+"""The event journal: every event is stored before live followers see it, in each turn's order, and a
+database that will not take them never loses them (the turn's final commit gets them back)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from fleet_rlm.engine.emitter import EventEmitter
+from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.service.writer import EventJournal
+from fleet_rlm.store import Database, Store
+from fleet_rlm.testing.faults import FailingCalls
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    database = Database(database_url)
+    await database.migrate()
+    yield Store(database)
+    await database.dispose()
+
+
+async def new_turn(store: Store) -> str:
+    session = await store.create_session()
+    turn, _ = await store.create_turn(session.id, "a task")
+    return turn.id
+
+
+def warnings_of(turn_id: str, count: int) -> list[Event]:
+    events: list[Event] = []
+    emitter = EventEmitter(turn_id, events.append)
+    for i in range(count):
+        emitter.emit(EventType.WARNING, {"message": f"note {i}"})
+    return events
+
+
+def seqs(events: list[Event]) -> list[int]:
+    return [e.seq for e in events]
+
+
+async def test_events_are_stored_before_followers_see_them_in_each_turns_order(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored: set[tuple[str, int]] = set()
+    batches = 0
+    append = store.append_events
+
+    async def recording_append(events: list[Event]) -> None:
+        nonlocal batches
+        await append(events)
+        batches += 1
+        stored.update((e.turn_id, e.seq) for e in events)
+
+    monkeypatch.setattr(store, "append_events", recording_append)
+    journal = EventJournal(store)
+    turns = [await new_turn(store) for _ in range(3)]
+    published: dict[str, list[Event]] = {turn: [] for turn in turns}
+    published_before_stored: list[Event] = []
+
+    def follower(event: Event) -> None:
+        if (event.turn_id, event.seq) not in stored:
+            published_before_stored.append(event)
+        published[event.turn_id].append(event)
+
+    streams = {turn: warnings_of(turn, 40) for turn in turns}
+    for i in range(40):  # the turns' events interleave, as concurrent turns' do
+        for turn in turns:
+            journal.put(streams[turn][i], follower)
+    try:
+        for turn in turns:
+            assert await journal.flush(turn) == []
+    finally:
+        await journal.close()
+
+    assert published_before_stored == []
+    for turn in turns:
+        assert seqs(published[turn]) == list(range(1, 41))
+        assert seqs(await store.events_after(turn)) == list(range(1, 41))
+    assert batches <= 3  # group commit: one insert takes what every turn emitted meanwhile
+
+
+async def test_a_transient_database_failure_is_retried(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    failing = FailingCalls(failures=2)
+    monkeypatch.setattr(store, "append_events", failing.wrap(store.append_events))
+    journal = EventJournal(store)
+    turn = await new_turn(store)
+    published: list[Event] = []
+    for event in warnings_of(turn, 5):
+        journal.put(event, published.append)
+    try:
+        assert await journal.flush(turn) == []
+    finally:
+        await journal.close()
+
+    assert failing.failed == 2
+    assert seqs(published) == [1, 2, 3, 4, 5]
+    assert seqs(await store.events_after(turn)) == [1, 2, 3, 4, 5]
+
+
+async def test_events_the_database_refuses_are_still_followed_and_go_to_their_turns_commit(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = FailingCalls(failures=None)
+    monkeypatch.setattr(store, "append_events", failing.wrap(store.append_events))
+    journal = EventJournal(store)
+    first, second = await new_turn(store), await new_turn(store)
+    published: list[Event] = []
+    for event in [*warnings_of(first, 3), *warnings_of(second, 2)]:
+        journal.put(event, published.append)
+    try:
+        unwritten_first = await journal.flush(first)
+        unwritten_second = await journal.flush(second)
+    finally:
+        await journal.close()
+
+    assert failing.calls > 1  # it tried again before giving up
+    assert [(e.turn_id, e.seq) for e in published] == [(first, 1), (first, 2), (first, 3), (second, 1), (second, 2)]
+    assert seqs(unwritten_first) == [1, 2, 3] and {e.turn_id for e in unwritten_first} == {first}
+    assert seqs(unwritten_second) == [1, 2] and {e.turn_id for e in unwritten_second} == {second}
+    assert await store.events_after(first) == []
+
+    # The database is back: the turn's final commit stores what the journal could not.
+    monkeypatch.undo()
+    await store.finish_turn(first, status="completed", answer="done", events=unwritten_first)
+    assert seqs(await store.events_after(first)) == [1, 2, 3]
+
+
+async def test_a_failing_follower_does_not_hold_up_the_others(store: Store) -> None:
+    journal = EventJournal(store)
+    turn = await new_turn(store)
+    published: list[Event] = []
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("this follower is gone")
+
+    events = warnings_of(turn, 3)
+    journal.put(events[0], published.append)
+    journal.put(events[1], broken)
+    journal.put(events[2], published.append)
+    try:
+        assert await journal.flush(turn) == []
+    finally:
+        await journal.close()
+
+    assert seqs(published) == [1, 3]
+    assert seqs(await store.events_after(turn)) == [1, 2, 3]
