@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from fleet_rlm.engine.turn import TurnRequest, build_turn
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 from fleet_rlm.testing.settings import scripted_settings
 
 WORK_SECONDS = 0.5

@@ -39,10 +39,10 @@ from typing import Any
 import httpx
 
 from fleet_rlm.api.client import parse_sse
+from fleet_rlm.models.scripted import ScriptedModel, ScriptedModelServer, rlm_step
 from fleet_rlm.sandbox.base import SandboxLimits
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.service.pool import SandboxPool
-from fleet_rlm.testing.scripted_model import ScriptedModel, ScriptedModelServer, rlm_step
 
 STEP_MARK = "load-bench-step"
 

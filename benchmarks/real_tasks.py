@@ -7,7 +7,7 @@ Every task (``real_tasks_data.py``) generates its files from a fixed seed into a
 checks the answer. The routes:
 
 - ``rlm``, ``flex``, ``direct``: a Fleet turn in that strict mode, in-process, on the real model
-  server (``fleet_rlm.testing.real_model``), in the default (isolated) sandbox;
+  server (``fleet_rlm.models.local``), in the default (isolated) sandbox;
 - ``direct`` cannot see files: when a task's files are small (``INLINE_LIMIT``) their text is written
   into its task and the workspace has no files; otherwise the turn is run with the files and refused
   before any model call, which is reported as ``refused``;
@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_tasks_data import TASKS, Task
 
 from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn
+from fleet_rlm.models.local import SPECS, RealModelServer
+from fleet_rlm.models.local.server import API_KEY
 from fleet_rlm.protocol.events import Event, EventType
-from fleet_rlm.testing.real_model import SPECS, RealModelServer
-from fleet_rlm.testing.real_model.server import API_KEY
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 

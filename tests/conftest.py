@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_rlm.testing.scripted_model import ScriptedModelServer
+from fleet_rlm.models.scripted import ScriptedModelServer
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from fleet_rlm.config import Settings
-from fleet_rlm.testing.scripted_model import ScriptedModelServer
+from fleet_rlm.models.scripted import ScriptedModelServer
 from fleet_rlm.testing.settings import scripted_settings
 from tests.store.databases import database_url, postgres_databases
 

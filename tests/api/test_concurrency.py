@@ -7,7 +7,7 @@ import time
 import httpx
 
 from fleet_rlm.api.client import parse_sse
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 
 from .server import RunningServer
 

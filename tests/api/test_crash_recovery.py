@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fleet_rlm.api.client import FleetClient
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 from .server import ServerProcess
 

@@ -8,7 +8,7 @@ from pydantic import SecretStr
 from fleet_rlm.api.client import parse_sse
 from fleet_rlm.api.server import check_bind
 from fleet_rlm.config import ConfigError
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.testing.settings import scripted_settings
 from tests.store.databases import PostgresDatabases
 

@@ -9,7 +9,7 @@ import threading
 import httpx
 
 from fleet_rlm.api.client import parse_sse
-from fleet_rlm.testing.scripted_model import Reply, ScriptedModelServer, rlm_step
+from fleet_rlm.models.scripted import Reply, ScriptedModelServer, rlm_step
 
 from .conftest import SettingsFactory
 from .server import RunningServer, server_in_thread

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fleet_rlm.config import load_settings
+from fleet_rlm.models.scripted import ScriptedModelServer, fields_reply, rlm_step
 from fleet_rlm.testing.cli import run_fleet, scripted_env
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, fields_reply, rlm_step
 
 
 def fleet(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from fleet_rlm.clients.cli.app import app
 from fleet_rlm.clients.cli.remote_run import run_remote
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.testing.settings import scripted_settings
 from tests.api.server import free_port, server_in_thread
 

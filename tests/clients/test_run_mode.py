@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, fields_reply
+from fleet_rlm.models.scripted import ScriptedModelServer, fields_reply
 
 from .test_cli_run import fleet, model_env
 

@@ -9,8 +9,8 @@ import pytest
 
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.turn import Turn, TurnOutcome, TurnRequest, build_turn
+from fleet_rlm.models.scripted import ScriptedModelServer
 from fleet_rlm.protocol.events import Event, EventType
-from fleet_rlm.testing.scripted_model import ScriptedModelServer
 from fleet_rlm.testing.settings import scripted_settings
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE

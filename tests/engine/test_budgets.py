@@ -3,8 +3,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from fleet_rlm.models.scripted import Reply, fields_reply, rlm_step
 from fleet_rlm.protocol.events import EventType
-from fleet_rlm.testing.scripted_model import Reply, fields_reply, rlm_step
 
 from .conftest import Harness
 

@@ -4,9 +4,9 @@ import asyncio
 import json
 import time
 
+from fleet_rlm.models.scripted import Reply, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.testing.processes import live_sandbox_pids
-from fleet_rlm.testing.scripted_model import Reply, rlm_step
 from fleet_rlm.workspace.hashing import hash_file
 
 from .conftest import Harness

@@ -11,8 +11,8 @@ import dspy
 import pytest
 from dspy.utils import BaseCallback
 
+from fleet_rlm.models.scripted import rlm_step
 from fleet_rlm.protocol.events import EventType
-from fleet_rlm.testing.scripted_model import rlm_step
 
 from .conftest import Harness
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fleet_rlm.models.scripted import fields_reply, rlm_step
 from fleet_rlm.protocol.events import EventType
-from fleet_rlm.testing.scripted_model import fields_reply, rlm_step
 
 from .conftest import Harness
 

@@ -5,8 +5,8 @@ import csv
 import io
 import time
 
+from fleet_rlm.models.scripted import fields_reply, rlm_step
 from fleet_rlm.protocol.events import TERMINAL_TYPES, EventType
-from fleet_rlm.testing.scripted_model import fields_reply, rlm_step
 
 from .conftest import Harness
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from fleet_rlm.testing.real_model import LARGE, SMALL, ModelSpec, RealModelError, RealModelServer, prepare
+from fleet_rlm.models.local import LARGE, SMALL, ModelSpec, RealModelError, RealModelServer, prepare
 
 FIXTURES: dict[str, ModelSpec] = {"small_model": SMALL, "large_model": LARGE}
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from fleet_rlm.models.local import CACHE_ENV, RealModelServer, cache_root
 from fleet_rlm.testing.cli import run_fleet
-from fleet_rlm.testing.real_model import CACHE_ENV, RealModelServer, cache_root
 
 pytestmark = pytest.mark.real_model
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from fleet_rlm.models.local import RealModelServer
 from fleet_rlm.testing.cli import json_events, run_fleet
-from fleet_rlm.testing.real_model import RealModelServer
 from fleet_rlm.testing.turn_events import event_problems
 
 from .conftest import TurnRecord

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fleet_rlm.models.local import SMALL, RealModelServer
 from fleet_rlm.processes import pid_alive
-from fleet_rlm.testing.real_model import SMALL, RealModelServer
 
 pytestmark = pytest.mark.real_model
 
@@ -53,7 +53,7 @@ def test_the_server_answers_as_fleets_model_and_stops_when_the_block_fails() -> 
 
 
 STARTER = (
-    "from fleet_rlm.testing.real_model import SMALL, RealModelServer\n"
+    "from fleet_rlm.models.local import SMALL, RealModelServer\n"
     "server = RealModelServer(SMALL).start()\n"
     "print(server.pid, server.log_path, flush=True)\n"
     "import time; time.sleep(600)\n"

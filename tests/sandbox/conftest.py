@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from fleet_rlm.models.scripted import ScriptedModelServer
 from fleet_rlm.sandbox.base import SandboxSpec
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
-from fleet_rlm.testing.scripted_model import ScriptedModelServer
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 

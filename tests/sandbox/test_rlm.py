@@ -7,10 +7,10 @@ from pathlib import Path
 import dspy
 import pytest
 
+from fleet_rlm.models.scripted import ScriptedModelServer, fields_reply, rlm_step
 from fleet_rlm.sandbox.base import SandboxFactory, SandboxSpec
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, fields_reply, rlm_step
 
 from .helpers import TEST_LIMITS, RecordingObserver
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fleet_rlm.testing.scripted_model import ScriptedModelServer
+from fleet_rlm.models.scripted import ScriptedModelServer
 from tests.api.server import ServerProcess
 
 TOKEN = "s3cret-token-value"

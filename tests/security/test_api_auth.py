@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fleet_rlm.api.client import parse_sse
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 
 from .api_server import TOKEN, StartServer, fleet_serve, http, serve_env
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from fleet_rlm.testing.scripted_model import Reply, ScriptedModelServer, rlm_step
+from fleet_rlm.models.scripted import Reply, ScriptedModelServer, rlm_step
 
 from .api_server import StartServer, fleet_serve, http, serve_env
 

@@ -8,7 +8,7 @@ import json
 
 import httpx
 
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 
 from . import bombs
 from .api_server import StartServer, fleet_serve, http, serve_env

@@ -25,9 +25,9 @@ from fleet_rlm.engine.modes import select
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.flex import run_flex
 from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn
+from fleet_rlm.models.scripted import Reply, ScriptedModelServer, fields_reply, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.testing.cli import run_fleet, scripted_env
-from fleet_rlm.testing.scripted_model import Reply, ScriptedModelServer, fields_reply, rlm_step
 from fleet_rlm.testing.settings import scripted_settings
 
 CANARY_VAR = "FLEET_TEST_HOST_CANARY"

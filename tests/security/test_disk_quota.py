@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.sandbox.volume import quota_support
 from fleet_rlm.testing.cli import json_events, run_fleet, scripted_env
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 FILL = """
 import json, os, subprocess, sys

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.sandbox.protections import leftovers_of
 from fleet_rlm.testing.cli import FLEET, json_events, scripted_env
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 from ..sandbox.limits_probes import FILL_TMP_WITH_1GB, FORK_BOMB_COUNT, FOUR_BIG_PROCESSES, FOUR_SPINNERS, SYSCALL_PROBE
 

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.testing.cli import json_events, run_fleet, scripted_env
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 from .conftest import HostCanary
 

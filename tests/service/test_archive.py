@@ -6,10 +6,10 @@ import tarfile
 
 import pytest
 
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.service.archive import EVENT_BATCH
 from fleet_rlm.service.service import FleetService, TurnSubmission
 from fleet_rlm.store import Conflict, Invalid
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 pytestmark = pytest.mark.anyio
 

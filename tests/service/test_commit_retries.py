@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
 from fleet_rlm.service.service import FleetService, TurnSubmission
 from fleet_rlm.store import Database
 from fleet_rlm.testing.faults import FailingCalls
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 from .conftest import SettingsFactory
 

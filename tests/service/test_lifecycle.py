@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.service.service import FleetService, TurnSubmission
 from fleet_rlm.store import Conflict, Database, Store
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 from .conftest import SettingsFactory
 

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.service.service import FleetService, TurnSubmission
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 pytestmark = pytest.mark.anyio
 

@@ -5,9 +5,9 @@ import io
 
 import pytest
 
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
 from fleet_rlm.service.service import FleetService, TurnSubmission
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 pytestmark = pytest.mark.anyio
 

@@ -7,11 +7,11 @@ import io
 
 import pytest
 
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.sandbox import registry
 from fleet_rlm.service.service import FleetService, TurnSubmission
 from fleet_rlm.store import Database
 from fleet_rlm.testing.backends import SeamRecordingBackend
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 from .conftest import SettingsFactory
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleet_rlm.testing.scripted_model import ScriptedModelServer
+from fleet_rlm.models.scripted import ScriptedModelServer
 
 FLEET = [sys.executable, "-m", "fleet_rlm"]
 

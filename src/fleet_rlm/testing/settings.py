@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_rlm.config import Settings
-from fleet_rlm.testing.scripted_model import ScriptedModelServer
+from fleet_rlm.models.scripted import ScriptedModelServer
 
 ROOT_MODEL = "root"
 SUB_MODEL = "sub"

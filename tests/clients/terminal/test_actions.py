@@ -12,7 +12,7 @@ from rich.console import Console
 from fleet_rlm.clients.terminal.actions import ChatState, open_session
 from fleet_rlm.clients.terminal.client import ChatClient
 from fleet_rlm.clients.terminal.repl import handle_line
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.testing.settings import scripted_settings
 from tests.api.server import RunningServer, server_in_thread
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from fleet_rlm.clients.terminal.client import ChatClient
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.testing.settings import scripted_settings
 from tests.api.server import free_port, server_in_thread
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_rlm.testing.scripted_model import ScriptedModelServer
+from fleet_rlm.models.scripted import ScriptedModelServer
 from fleet_rlm.testing.settings import scripted_settings
 from tests.api.server import free_port, server_in_thread
 

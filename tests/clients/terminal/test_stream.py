@@ -13,8 +13,8 @@ from rich.console import Console
 from fleet_rlm.clients.terminal.client import ChatClient
 from fleet_rlm.clients.terminal.status import TurnStatus
 from fleet_rlm.clients.terminal.stream import follow_turn, resilient_events
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 from fleet_rlm.testing.settings import scripted_settings
 from tests.api.server import RunningServer, ServerProcess, server_in_thread
 

@@ -12,10 +12,10 @@ from dspy.primitives.code_interpreter import CodeExecutionError, FinalOutput
 from fleet_rlm.engine.modes import select
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.flex import ValueReturningSandbox, run_flex
+from fleet_rlm.models.scripted import fields_reply
 from fleet_rlm.protocol.events import EventType
 from fleet_rlm.sandbox.base import SandboxLimits, SandboxSpec
 from fleet_rlm.sandbox.local import LocalSandboxBackend
-from fleet_rlm.testing.scripted_model import fields_reply
 
 from ..conftest import Harness
 from .conftest import prompt, run_turn

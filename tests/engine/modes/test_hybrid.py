@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fleet_rlm.models.scripted import Reply, fields_reply, rlm_step
 from fleet_rlm.protocol.events import EventType
-from fleet_rlm.testing.scripted_model import Reply, fields_reply, rlm_step
 
 from ..conftest import Harness
 from .conftest import prompt, run_turn, selected, warnings

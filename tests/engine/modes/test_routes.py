@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from fleet_rlm.models.scripted import fields_reply, rlm_step
 from fleet_rlm.protocol.events import EventType
-from fleet_rlm.testing.scripted_model import fields_reply, rlm_step
 
 from ..conftest import Harness
 from .conftest import prompt, run_turn, selected

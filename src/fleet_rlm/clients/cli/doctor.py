@@ -11,9 +11,9 @@ import httpx
 
 from fleet_rlm.config import ConfigError, Settings, config_files, load_settings
 from fleet_rlm.engine.turn import TurnRequest, build_turn
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.sandbox.registry import UnknownSandboxBackend, backend_names, configured_backend
-from fleet_rlm.testing.scripted_model import ScriptedModelServer, rlm_step
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ REAL_MODEL_TURN_TIMEOUT = 300.0
 
 def real_model_turn(settings: Settings, size: str) -> Check:
     """One RLM turn over the smoke CSV against a local real model, prepared first (with progress) if need be."""
-    from fleet_rlm.testing.real_model import RealModelError, RealModelServer, spec_for
+    from fleet_rlm.models.local import RealModelError, RealModelServer, spec_for
 
     name = f"real-model turn ({size})"
     try:

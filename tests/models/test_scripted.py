@@ -2,7 +2,7 @@ import json
 
 import httpx
 
-from fleet_rlm.testing.scripted_model import Reply, ScriptedModelServer
+from fleet_rlm.models.scripted import Reply, ScriptedModelServer
 
 
 def test_replies_are_served_in_order_per_model() -> None:

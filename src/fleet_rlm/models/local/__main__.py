@@ -1,4 +1,4 @@
-"""``python -m fleet_rlm.testing.real_model --prepare``: fill the cache (runtime and models) with progress,
+"""``python -m fleet_rlm.models.local --prepare``: fill the cache (runtime and models) with progress,
 or ``--serve``: run the server until interrupted and print the settings that point Fleet at it."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import sys
 import threading
 import time
 
-from fleet_rlm.testing.real_model import SPECS, RealModelError, RealModelServer, cache_root, prepare
+from fleet_rlm.models.local import SPECS, RealModelError, RealModelServer, cache_root, prepare
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fleet_rlm.testing.real_model", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m fleet_rlm.models.local", description=__doc__)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--prepare", action="store_true", help="install the runtime and fetch the model(s)")
     action.add_argument("--serve", action="store_true", help="serve one model until interrupted")

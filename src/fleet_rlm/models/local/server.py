@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 
 from fleet_rlm.config import Settings
-from fleet_rlm.testing.real_model.cache import RealModelError, cache_root, progress
-from fleet_rlm.testing.real_model.runtime import ensure_runtime
-from fleet_rlm.testing.real_model.specs import ModelSpec
-from fleet_rlm.testing.real_model.speed import Speed, parse_speed
-from fleet_rlm.testing.real_model.weights import ensure_model
+from fleet_rlm.models.local.cache import RealModelError, cache_root, progress
+from fleet_rlm.models.local.runtime import ensure_runtime
+from fleet_rlm.models.local.specs import ModelSpec
+from fleet_rlm.models.local.speed import Speed, parse_speed
+from fleet_rlm.models.local.weights import ensure_model
 
 DEFAULT_CONTEXT = 8192
 START_TIMEOUT = 120.0
