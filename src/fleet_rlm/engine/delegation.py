@@ -62,12 +62,12 @@ class Delegation:
         """Concurrency is capped per level, so a parent waiting on its children never holds their slots."""
         with self._lock:
             if depth not in self._slots:
-                self._slots[depth] = threading.BoundedSemaphore(self.settings.max_concurrent_children)
+                self._slots[depth] = threading.BoundedSemaphore(self.settings.budget.max_concurrent_children)
             return self._slots[depth]
 
     def tools(self, *, depth: int, parent: TurnTrace, workspace: Workspace) -> list[Callable[..., Any]]:
         """``spawn_agent`` and ``spawn_agents`` for code running at ``depth`` (0 = the turn's own loop)."""
-        if depth >= self.settings.max_depth:
+        if depth >= self.settings.budget.max_depth:
             return []
 
         def spawn_agent(task: str, files: list[str] | None = None, context: str | None = None) -> dict[str, Any]:
@@ -161,10 +161,10 @@ class ChildRun:
         self.usage = TurnUsage(parent=delegation.budget.usage)
         self.trace = TurnTrace(
             delegation.emitter,
-            delegation.settings.child_max_iterations,
+            delegation.settings.budget.child_max_iterations,
             root_span=self.span,
             parent_span=parent.iteration_span,
-            guard=LoopGuard.from_settings(delegation.settings),
+            guard=LoopGuard.from_settings(delegation.settings.budget),
         )
 
     def run(self) -> dict[str, Any]:
@@ -174,7 +174,8 @@ class ChildRun:
             {"child_id": self.child_id, "depth": self.depth, "task": self.task, "files": self.files},
         )
         volume = self.d.backend.workspace_volume(
-            self.d.scratch_root / self.child_id, SandboxLimits.from_settings(self.d.settings)
+            self.d.scratch_root / self.child_id,
+            SandboxLimits.from_settings(self.d.settings.sandbox, self.d.settings.budget),
         )
         try:
             result = self._run_in(Workspace.create(volume.workspace, mode=SHARED_DIR_MODE))
@@ -204,7 +205,7 @@ class ChildRun:
             self._copy_inputs(workspace)
         except (PathEscapeError, OSError) as exc:
             return _result(self.child_id, "failed", error=f"bad file for child: {_reason(exc)}")
-        deadline = min(self.d.settings.child_timeout, self.d.budget.remaining_seconds())
+        deadline = min(self.d.settings.budget.child_timeout, self.d.budget.remaining_seconds())
         if deadline <= 0:
             return _result(self.child_id, "timeout", error="no time left in the turn for a child agent")
         outcome: dict[str, Any] = {}
@@ -244,7 +245,7 @@ class ChildRun:
 
     def _think(self, workspace: Workspace, outcome: dict[str, Any]) -> None:
         budget = self.d.budget
-        limits = SandboxLimits.from_settings(self.d.settings)
+        limits = SandboxLimits.from_settings(self.d.settings.sandbox, self.d.settings.budget)
         spec = SandboxSpec(
             workspace=workspace.root,
             limits=limits,
@@ -261,9 +262,9 @@ class ChildRun:
 
         factory.execution_instructions = self.d.backend.execution_instructions  # type: ignore[attr-defined]
         rlm = build_rlm(
-            max_iterations=self.d.settings.child_max_iterations,
+            max_iterations=self.d.settings.budget.child_max_iterations,
             max_model_calls=budget.max_model_calls,
-            max_output_chars=self.d.settings.max_output_chars,
+            max_output_chars=self.d.settings.budget.max_output_chars,
             sub_lm=MeteredLM(self.d.sub_lm, budget, f"child-sub:{self.child_id}", streaming=False),
             interpreter_factory=factory,
             tools=self.d.tools(depth=self.depth, parent=self.trace, workspace=workspace) or None,

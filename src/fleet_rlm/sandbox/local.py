@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dspy.primitives.code_interpreter import CodeInterpreterError
 
-from fleet_rlm.config import Settings
+from fleet_rlm.config import SandboxSettings
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.isolation import (
     BubblewrapLauncher,
@@ -103,11 +103,8 @@ class LocalSandboxBackend(SandboxBackend):
         self.execution_instructions = f"{EXECUTION_INSTRUCTIONS} {importable_packages(self.runtime())}"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> LocalSandboxBackend:
-        return cls(
-            allow_unisolated=settings.sandbox_allow_unisolated,
-            require_limits=bool(settings.sandbox_require_limits),
-        )
+    def from_settings(cls, sandbox: SandboxSettings) -> LocalSandboxBackend:
+        return cls(allow_unisolated=sandbox.allow_unisolated, require_limits=bool(sandbox.require_limits))
 
     @property
     def bwrap(self) -> str | None:

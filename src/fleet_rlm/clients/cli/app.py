@@ -84,7 +84,7 @@ def run(
             turn_timeout=timeout,
             mode=mode,
         )
-        require_model(settings)
+        require_model(settings.lm)
     except ConfigError as exc:
         raise fail(str(exc)) from None
     for path in file or []:
