@@ -7,6 +7,7 @@ from typing import Any, Literal
 import pytest
 from dspy.primitives.code_interpreter import CodeInterpreterError
 
+from fleet_rlm.config import Settings
 from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.bridge.scrub import scrub
 from fleet_rlm.engine.bridge.signature import SignatureRefused, build_signature
@@ -124,6 +125,17 @@ def test_host_errors_reach_the_sandbox_scrubbed(monkeypatch: pytest.MonkeyPatch)
         "ValueError: <host object> failed; key [redacted], env [redacted], see <host path> and "
         "<url> for /workspace/files/a.csv (3/4 done)"
     )
+
+
+def test_every_secret_setting_is_redacted_from_host_errors() -> None:
+    secrets = {"lm_api_key": "sk-root-key", "sub_lm_api_key": "sk-sub-key", "api_token": "api-t0ken"}
+    guard = BridgeGuard.for_settings(Settings.model_validate(secrets))
+
+    def llm_query(prompt: str) -> str:
+        raise ValueError(" ".join(secrets.values()))
+
+    reply = call(guard.bridge({"llm_query": llm_query}), "llm_query", "hi")
+    assert reply["error"] == "ValueError: [redacted] [redacted] [redacted]"
 
 
 def test_error_text_is_cut_short() -> None:

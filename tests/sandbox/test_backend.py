@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_rlm.config import Settings
+from fleet_rlm.config import SandboxSettings
 from fleet_rlm.sandbox.base import SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 
@@ -39,7 +39,7 @@ def test_unisolated_escape_hatch_runs_with_an_empty_environment(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FLEET_LM_API_KEY", "sk-host-secret")
-    backend = LocalSandboxBackend.from_settings(Settings(sandbox_allow_unisolated=True))
+    backend = LocalSandboxBackend.from_settings(SandboxSettings(allow_unisolated=True))
     sandbox = backend.create(SandboxSpec(workspace, limits=TEST_LIMITS))
     try:
         assert not sandbox.isolated

@@ -278,10 +278,10 @@ def test_require_limits_refuses_a_sandbox_that_cannot_be_bounded(workspace: Path
 
 def test_a_server_requires_limits_unless_told_otherwise_and_fleet_run_does_not(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path)
-    assert settings.sandbox_require_limits is None
+    assert settings.sandbox.require_limits is None
     run_backend = configured_backend(settings)
     served_backend = configured_backend(server_settings(settings))
-    told_off = configured_backend(server_settings(settings.model_copy(update={"sandbox_require_limits": False})))
+    told_off = configured_backend(server_settings(settings.with_values({"sandbox_require_limits": False})))
     assert isinstance(run_backend, LocalSandboxBackend) and run_backend.require_limits is False
     assert isinstance(served_backend, LocalSandboxBackend) and served_backend.require_limits is True
     assert isinstance(told_off, LocalSandboxBackend) and told_off.require_limits is False

@@ -18,7 +18,7 @@ from .helpers import TEST_LIMITS
 
 def test_the_local_backend_is_the_default_and_takes_its_settings(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path, sandbox_allow_unisolated=True, sandbox_require_limits=True)
-    assert settings.sandbox_backend == "local"
+    assert settings.sandbox.backend == "local"
 
     backend = configured_backend(settings)
 

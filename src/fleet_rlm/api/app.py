@@ -31,7 +31,8 @@ API_PREFIX = "/api/v1"
 def create_app(settings: Settings, service: FleetService | None = None) -> FastAPI:
     """The app; it starts the service (migrations, reconciliation, sandbox pool) on start-up."""
     fleet = service or FleetService(settings)
-    token = settings.api_token.get_secret_value() if settings.api_token else None
+    server = settings.server
+    token = server.api_token.get_secret_value() if server.api_token else None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -50,9 +51,9 @@ def create_app(settings: Settings, service: FleetService | None = None) -> FastA
         docs_url=None,
         redoc_url=None,
         middleware=[
-            Middleware(HostCheckMiddleware, allowed_hosts=settings.allowed_hosts),
-            Middleware(OriginCheckMiddleware, cors_origins=settings.cors_origins),
-            Middleware(BodyLimitMiddleware, limit_for=route_limits(settings, API_PREFIX)),
+            Middleware(HostCheckMiddleware, allowed_hosts=server.allowed_hosts),
+            Middleware(OriginCheckMiddleware, cors_origins=server.cors_origins),
+            Middleware(BodyLimitMiddleware, limit_for=route_limits(server, API_PREFIX)),
         ],
     )
     app.state.service = fleet

@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fleet_rlm.api.errors import error_response
-from fleet_rlm.config import Settings
+from fleet_rlm.config import ServerSettings
 
 MIB = 1024 * 1024
 DRAIN_BYTES = MIB
@@ -52,9 +52,9 @@ class BodyTooLarge(HTTPException):
 LimitFor = Callable[[str, str], BodyLimit]
 
 
-def route_limits(settings: Settings, prefix: str) -> LimitFor:
+def route_limits(server: ServerSettings, prefix: str) -> LimitFor:
     """The limit of each route: by method and path."""
-    upload_mb, import_mb, json_kb = settings.upload_limit_mb, settings.import_limit_mb, settings.json_body_limit_kb
+    upload_mb, import_mb, json_kb = server.upload_limit_mb, server.import_limit_mb, server.json_body_limit_kb
     upload = BodyLimit(
         upload_mb * MIB + MULTIPART_OVERHEAD,
         "upload_too_large",

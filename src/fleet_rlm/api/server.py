@@ -22,7 +22,7 @@ def is_loopback(host: str) -> bool:
 
 def check_bind(settings: Settings, host: str) -> None:
     """Binding anything but loopback exposes the API: require a token then (an empty one is none)."""
-    if not is_loopback(host) and settings.api_token is None:
+    if not is_loopback(host) and settings.server.api_token is None:
         raise ConfigError(
             f"refusing to listen on {host}: it is not a loopback address, so set FLEET_API_TOKEN "
             "(clients then send 'Authorization: Bearer <token>'), or bind 127.0.0.1"
@@ -31,18 +31,18 @@ def check_bind(settings: Settings, host: str) -> None:
 
 def server_settings(settings: Settings) -> Settings:
     """A server refuses sandboxes it cannot bound unless sandbox_require_limits is set false."""
-    if settings.sandbox_require_limits is None:
-        return settings.model_copy(update={"sandbox_require_limits": True})
+    if settings.sandbox.require_limits is None:
+        return settings.with_values({"sandbox_require_limits": True})
     return settings
 
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
-    host = host or settings.server_host
-    port = port or settings.server_port
+    host = host or settings.server.host
+    port = port or settings.server.port
     check_bind(settings, host)
     settings = server_settings(settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not is_loopback(host) and not settings.allowed_hosts:
+    if not is_loopback(host) and not settings.server.allowed_hosts:
         log.warning(
             "listening on %s, but only requests naming a loopback host are answered (others get 421): "
             "list the names clients use for this server in FLEET_ALLOWED_HOSTS",

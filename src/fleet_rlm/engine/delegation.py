@@ -61,12 +61,12 @@ class Delegation:
         """Concurrency is capped per level, so a parent waiting on its children never holds their slots."""
         with self._lock:
             if depth not in self._slots:
-                self._slots[depth] = threading.BoundedSemaphore(self.settings.max_concurrent_children)
+                self._slots[depth] = threading.BoundedSemaphore(self.settings.budget.max_concurrent_children)
             return self._slots[depth]
 
     def tools(self, *, depth: int, parent: TurnTrace, workspace: Workspace) -> list[Callable[..., Any]]:
         """``spawn_agent`` and ``spawn_agents`` for code running at ``depth`` (0 = the turn's own loop)."""
-        if depth >= self.settings.max_depth:
+        if depth >= self.settings.budget.max_depth:
             return []
 
         def spawn_agent(task: str, files: list[str] | None = None, context: str | None = None) -> dict[str, Any]:
@@ -160,10 +160,10 @@ class ChildRun:
         self.usage = TurnUsage(parent=delegation.budget.usage)
         self.trace = TurnTrace(
             delegation.emitter,
-            delegation.settings.child_max_iterations,
+            delegation.settings.budget.child_max_iterations,
             root_span=self.span,
             parent_span=parent.iteration_span,
-            guard=LoopGuard.from_settings(delegation.settings),
+            guard=LoopGuard.from_settings(delegation.settings.budget),
         )
 
     def run(self) -> dict[str, Any]:
@@ -173,7 +173,8 @@ class ChildRun:
             {"child_id": self.child_id, "depth": self.depth, "task": self.task, "files": self.files},
         )
         volume = self.delegation.backend.workspace_volume(
-            self.delegation.scratch_root / self.child_id, SandboxLimits.from_settings(self.delegation.settings)
+            self.delegation.scratch_root / self.child_id,
+            SandboxLimits.from_settings(self.delegation.settings.sandbox, self.delegation.settings.budget),
         )
         try:
             result = self._run_in(Workspace.create(volume.workspace, mode=SHARED_DIR_MODE))
@@ -203,7 +204,7 @@ class ChildRun:
             self._copy_inputs(workspace)
         except (PathEscapeError, OSError) as exc:
             return _result(self.child_id, "failed", error=f"bad file for child: {_reason(exc)}")
-        deadline = min(self.delegation.settings.child_timeout, self.delegation.budget.remaining_seconds())
+        deadline = min(self.delegation.settings.budget.child_timeout, self.delegation.budget.remaining_seconds())
         if deadline <= 0:
             return _result(self.child_id, "timeout", error="no time left in the turn for a child agent")
         outcome: dict[str, Any] = {}
@@ -245,7 +246,7 @@ class ChildRun:
         budget = self.delegation.budget
         spec = SandboxSpec(
             workspace=workspace.root,
-            limits=SandboxLimits.from_settings(self.delegation.settings),
+            limits=SandboxLimits.from_settings(self.delegation.settings.sandbox, self.delegation.settings.budget),
             labels={"turn": self.delegation.turn_id, "child": self.child_id},
             observer=TurnObserver(self.trace),
         )
@@ -258,9 +259,9 @@ class ChildRun:
             on_create=self._register,
         )
         rlm = build_rlm(
-            max_iterations=self.delegation.settings.child_max_iterations,
+            max_iterations=self.delegation.settings.budget.child_max_iterations,
             max_model_calls=budget.max_model_calls,
-            max_output_chars=self.delegation.settings.max_output_chars,
+            max_output_chars=self.delegation.settings.budget.max_output_chars,
             sub_lm=MeteredLM(self.delegation.sub_lm, budget, f"child-sub:{self.child_id}", streaming=False),
             interpreter_factory=factory,
             tools=self.delegation.tools(depth=self.depth, parent=self.trace, workspace=workspace) or None,

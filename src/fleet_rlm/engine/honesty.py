@@ -18,7 +18,7 @@ from typing import Any
 
 import dspy
 
-from fleet_rlm.config import Settings
+from fleet_rlm.config import BudgetSettings
 
 
 class TurnIncomplete(Exception):
@@ -85,8 +85,8 @@ class LoopGuard:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> LoopGuard:
-        return cls(warn_after=settings.loop_guard_warn_after, stop_after=settings.loop_guard_stop_after)
+    def from_settings(cls, budget: BudgetSettings) -> LoopGuard:
+        return cls(warn_after=budget.loop_guard_warn_after, stop_after=budget.loop_guard_stop_after)
 
     def success(self) -> None:
         with self._lock:

@@ -11,36 +11,28 @@ import dspy
 from dspy.clients import BaseLM
 from dspy.utils import BaseCallback
 
-from fleet_rlm.config import Settings, require_model
+from fleet_rlm.config import LMSettings, require_model
 from fleet_rlm.engine.budget import TurnBudget
 from fleet_rlm.engine.dspy_compat import UsageTracker, adapter_call_origin, adapter_message_call
 
 
-def build_lm(settings: Settings, *, sub: bool = False) -> dspy.LM:
-    """A ``dspy.LM`` for an OpenAI-compatible endpoint. The sub-model inherits the root's unset fields."""
-    model = require_model(settings)
-    base_url, api_key = settings.lm_base_url, settings.lm_api_key
-    temperature, max_tokens = settings.lm_temperature, settings.lm_max_tokens
-    if sub:
-        model = settings.sub_lm_model or model
-        base_url = settings.sub_lm_base_url or base_url
-        api_key = settings.sub_lm_api_key or api_key
-        temperature = settings.sub_lm_temperature if settings.sub_lm_temperature is not None else temperature
-        max_tokens = settings.sub_lm_max_tokens or max_tokens
-    kwargs: dict[str, Any] = {"timeout": settings.lm_timeout}
-    if base_url:
-        kwargs["api_base"] = base_url
-    if api_key is not None:
-        kwargs["api_key"] = api_key.get_secret_value()
-    elif base_url:
+def build_lm(lm: LMSettings) -> dspy.LM:
+    """A ``dspy.LM`` for an OpenAI-compatible endpoint (for the sub-model: ``SubLMSettings.over``)."""
+    model = require_model(lm)
+    kwargs: dict[str, Any] = {"timeout": lm.timeout}
+    if lm.base_url:
+        kwargs["api_base"] = lm.base_url
+    if lm.api_key is not None:
+        kwargs["api_key"] = lm.api_key.get_secret_value()
+    elif lm.base_url:
         # OpenAI-compatible servers without auth still expect the header to be present.
         kwargs["api_key"] = "not-needed"
     return dspy.LM(
         model,
-        temperature=temperature,
-        max_tokens=max_tokens,
+        temperature=lm.temperature,
+        max_tokens=lm.max_tokens,
         cache=False,
-        num_retries=settings.lm_num_retries,
+        num_retries=lm.num_retries,
         **kwargs,
     )
 

@@ -97,19 +97,20 @@ class Turn:
         self.emitter = EventEmitter(request.turn_id, *sinks)
         self.workspace = Workspace.create(request.workspace, mode=SHARED_DIR_MODE)
         self.tree = self.workspace.tree
-        self.max_iterations = request.max_iterations or settings.max_iterations
-        self.turn_timeout = request.turn_timeout or settings.turn_timeout
+        budget = settings.budget
+        self.max_iterations = request.max_iterations or budget.max_iterations
+        self.turn_timeout = request.turn_timeout or budget.turn_timeout
         self.mode: str = request.mode or settings.mode
         self.route: str | None = None
         self.budget = TurnBudget(
-            max_model_calls=request.max_model_calls or settings.max_model_calls,
+            max_model_calls=request.max_model_calls or budget.max_model_calls,
             deadline=time.monotonic() + self.turn_timeout,
-            max_tokens=settings.max_tokens_per_turn,
-            max_cost=settings.max_cost_per_turn,
-            prices=dict(settings.model_prices),
-            max_children=settings.max_children_per_turn,
+            max_tokens=budget.max_tokens_per_turn,
+            max_cost=budget.max_cost_per_turn,
+            prices=dict(budget.model_prices),
+            max_children=budget.max_children_per_turn,
         )
-        self.trace = TurnTrace(self.emitter, self.max_iterations, guard=LoopGuard.from_settings(settings))
+        self.trace = TurnTrace(self.emitter, self.max_iterations, guard=LoopGuard.from_settings(budget))
         self._sandboxes: list[Sandbox] = []
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -152,7 +153,7 @@ class Turn:
                     "max_iterations": self.max_iterations,
                     "max_model_calls": self.budget.max_model_calls,
                     "turn_timeout": self.turn_timeout,
-                    "execution_timeout": self.settings.execution_timeout,
+                    "execution_timeout": self.settings.budget.execution_timeout,
                 },
             },
         )
@@ -202,8 +203,8 @@ class Turn:
             settings=settings,
             budget=self.budget,
             trace=self.trace,
-            root_lm=MeteredLM(build_lm(settings), self.budget, "root", streaming=settings.lm_stream),
-            sub_lm=MeteredLM(build_lm(settings, sub=True), self.budget, "sub", streaming=False),
+            root_lm=MeteredLM(build_lm(settings.lm), self.budget, "root", streaming=settings.lm.stream),
+            sub_lm=MeteredLM(build_lm(settings.sub_lm.over(settings.lm)), self.budget, "sub", streaming=False),
             max_iterations=self.max_iterations,
             inputs={
                 "task": Text(self._task_text()),
@@ -233,8 +234,8 @@ class Turn:
             emitter=self.emitter,
             backend=self.backend,
             turn_id=self.turn_id,
-            lm=build_lm(self.settings),
-            sub_lm=build_lm(self.settings, sub=True),
+            lm=build_lm(self.settings.lm),
+            sub_lm=build_lm(self.settings.sub_lm.over(self.settings.lm)),
             register_sandbox=self._register_sandbox,
             scratch_root=self._scratch_root,
         )
@@ -247,7 +248,7 @@ class Turn:
     def _sandbox_factory(self) -> SandboxFactory:
         spec = SandboxSpec(
             workspace=self.workspace.root,
-            limits=SandboxLimits.from_settings(self.settings),
+            limits=SandboxLimits.from_settings(self.settings.sandbox, self.settings.budget),
             labels={"turn": self.turn_id},
             observer=TurnObserver(self.trace),
         )

@@ -20,7 +20,7 @@ from typing import Any, Protocol, Self
 
 from dspy.primitives import CodeExecutionError
 
-from fleet_rlm.config import Settings
+from fleet_rlm.config import BudgetSettings, SandboxSettings
 from fleet_rlm.sandbox.transfer import HostDirectoryFiles, Readable
 from fleet_rlm.sandbox.volume import Volume, plain_volume
 
@@ -38,16 +38,17 @@ class SandboxLimits:
     max_files: int = 100_000
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> SandboxLimits:
+    def from_settings(cls, sandbox: SandboxSettings, budget: BudgetSettings) -> SandboxLimits:
+        """The sandbox section's limits, with the budget's per-execution ones."""
         return cls(
-            memory_mb=settings.sandbox_memory_mb,
-            max_processes=settings.sandbox_max_processes,
-            max_file_size_mb=settings.sandbox_max_file_size_mb,
-            cpu_seconds=settings.sandbox_cpu_seconds,
-            execution_timeout=settings.execution_timeout,
-            max_output_chars=settings.max_output_chars,
-            disk_mb=settings.sandbox_disk_mb,
-            max_files=settings.sandbox_max_files,
+            memory_mb=sandbox.memory_mb,
+            max_processes=sandbox.max_processes,
+            max_file_size_mb=sandbox.max_file_size_mb,
+            cpu_seconds=sandbox.cpu_seconds,
+            execution_timeout=budget.execution_timeout,
+            max_output_chars=budget.max_output_chars,
+            disk_mb=sandbox.disk_mb,
+            max_files=sandbox.max_files,
         )
 
 
@@ -169,8 +170,8 @@ class SandboxBackend(abc.ABC):
     execution_instructions: str = ""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Self:
-        """This backend as ``settings`` configure it (what the registry calls)."""
+    def from_settings(cls, settings: SandboxSettings) -> Self:
+        """This backend as the sandbox settings configure it (what the registry calls)."""
         return cls()
 
     @abc.abstractmethod

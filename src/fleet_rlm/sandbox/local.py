@@ -13,7 +13,7 @@ from typing import Self
 
 from dspy.primitives import CodeInterpreterError
 
-from fleet_rlm.config import Settings
+from fleet_rlm.config import SandboxSettings
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.isolation import (
     BubblewrapLauncher,
@@ -104,10 +104,10 @@ class LocalSandboxBackend(SandboxBackend):
         self.execution_instructions = f"{EXECUTION_INSTRUCTIONS} {importable_packages(self.runtime())}"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Self:
+    def from_settings(cls, settings: SandboxSettings) -> Self:
         return cls(
-            allow_unisolated=settings.sandbox_allow_unisolated,
-            require_limits=bool(settings.sandbox_require_limits),
+            allow_unisolated=settings.allow_unisolated,
+            require_limits=bool(settings.require_limits),
         )
 
     @property

@@ -1,4 +1,4 @@
-"""Sandbox backends by name: ``settings.sandbox_backend`` chooses one.
+"""Sandbox backends by name: ``settings.sandbox.backend`` chooses one.
 
 Each name maps to a loader returning the backend's class, so a backend's module (and whatever it
 probes or imports) is loaded only when it is chosen. ``local`` runs code on this machine under
@@ -49,11 +49,11 @@ def backend_class(name: str) -> type[SandboxBackend]:
 
 
 def configured_backend_class(settings: Settings) -> type[SandboxBackend]:
-    """The class of the backend ``settings.sandbox_backend`` names; raises UnknownSandboxBackend
+    """The class of the backend ``settings.sandbox.backend`` names; raises UnknownSandboxBackend
     (a ConfigError), so commands can refuse a bad name before they start anything."""
-    return backend_class(settings.sandbox_backend)
+    return backend_class(settings.sandbox.backend)
 
 
 def configured_backend(settings: Settings) -> SandboxBackend:
-    """The backend ``settings.sandbox_backend`` names, configured from ``settings``."""
-    return configured_backend_class(settings).from_settings(settings)
+    """The backend ``settings.sandbox.backend`` names, configured from ``settings``."""
+    return configured_backend_class(settings).from_settings(settings.sandbox)

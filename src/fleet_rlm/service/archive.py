@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from fleet_rlm.config import Settings
+from fleet_rlm.config import Ceilings, ServerSettings
 from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.service.archive_reader import (
     MAX_EVENT_LINE_BYTES,
@@ -251,14 +251,14 @@ async def _event_batches(spools: list[tuple[str, Path]]) -> AsyncIterator[list[E
 
 
 async def import_session(
-    store: Store, blobs: BlobStore, source: IO[bytes], settings: Settings, *, name: str | None = None
+    store: Store, blobs: BlobStore, source: IO[bytes], server: ServerSettings, *, name: str | None = None
 ) -> SessionRecord:
     """Restore an archive as a new session (new ids). Its name is ``name``, else the archived one."""
     session_id = new_id(SESSION_ID_PREFIX)
     try:
-        read = await asyncio.to_thread(_read_archive, source, blobs, session_id, ImportLimits.of(settings))
+        read = await asyncio.to_thread(_read_archive, source, blobs, session_id, ImportLimits.of(server))
         try:
-            session = _session(read.manifest, session_id, name, settings)
+            session = _session(read.manifest, session_id, name, server.ceilings)
             turns, spools = _turns(read)
             files = _files(read)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -272,16 +272,16 @@ async def import_session(
         raise
 
 
-def _session(manifest: dict[str, Any], session_id: str, name: str | None, settings: Settings) -> SessionRecord:
+def _session(manifest: dict[str, Any], session_id: str, name: str | None, ceilings: Ceilings) -> SessionRecord:
     raw = manifest.get("session") or {}
     now = dt.datetime.now(dt.UTC)
     title = raw.get("title")
     if title is not None and (not isinstance(title, str) or len(title) > MAX_TITLE):
         raise BadArchive(f"the archived session's title is not text of at most {MAX_TITLE} characters")
     try:
-        stored = check_session_settings(dict(raw.get("settings") or {}), settings)
+        stored = check_session_settings(dict(raw.get("settings") or {}), ceilings)
         if raw.get("mode") is not None:
-            check_session_settings({"mode": raw["mode"]}, settings)
+            check_session_settings({"mode": raw["mode"]}, ceilings)
     except Invalid as exc:
         raise Invalid(f"the archived session's {exc.message}", code=exc.code) from exc
     return SessionRecord(

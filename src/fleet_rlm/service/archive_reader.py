@@ -19,7 +19,7 @@ import tarfile
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
-from fleet_rlm.config import Settings
+from fleet_rlm.config import ServerSettings
 from fleet_rlm.store import Invalid
 
 MIB = 1024 * 1024
@@ -49,12 +49,12 @@ class ImportLimits:
     entries: int
 
     @classmethod
-    def of(cls, settings: Settings) -> ImportLimits:
+    def of(cls, server: ServerSettings) -> ImportLimits:
         return cls(
-            packed=settings.import_limit_mb * MIB,
-            unpacked=settings.import_unpacked_limit_mb * MIB,
-            file=settings.import_file_limit_mb * MIB,
-            entries=settings.import_max_entries,
+            packed=server.import_limit_mb * MIB,
+            unpacked=server.import_unpacked_limit_mb * MIB,
+            file=server.import_file_limit_mb * MIB,
+            entries=server.import_max_entries,
         )
 
 

@@ -3,7 +3,8 @@
 Only settings that shape the work are open to API clients; endpoints, keys, the sandbox backend
 and its isolation stay with whoever runs the server (a client must not point the server's API key
 at its own URL or switch isolation off). Each budget a client may raise has a ceiling the server's
-operator sets (``ceiling_*`` settings); a value past it is refused, naming the field and the maximum.
+operator sets (``[server.ceilings]``); a value past it is refused, naming the field and the maximum.
+Keys are the settings' short names (``turn_timeout``, ``lm_model``): the API's JSON shape.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from fleet_rlm.config import Settings
+from fleet_rlm.config import Ceilings, Settings, setting_field
 from fleet_rlm.store import Invalid
 
 SESSION_SETTING_KEYS = (
@@ -32,23 +33,23 @@ SESSION_SETTING_KEYS = (
 )
 
 CEILING_OF = {
-    "max_iterations": "ceiling_max_iterations",
-    "max_model_calls": "ceiling_max_model_calls",
-    "turn_timeout": "ceiling_turn_timeout",
-    "execution_timeout": "ceiling_execution_timeout",
-    "max_output_chars": "ceiling_max_output_chars",
-    "max_tokens_per_turn": "ceiling_max_tokens_per_turn",
-    "lm_max_tokens": "ceiling_lm_max_tokens",
-    "sub_lm_max_tokens": "ceiling_lm_max_tokens",
+    "max_iterations": "max_iterations",
+    "max_model_calls": "max_model_calls",
+    "turn_timeout": "turn_timeout",
+    "execution_timeout": "execution_timeout",
+    "max_output_chars": "max_output_chars",
+    "max_tokens_per_turn": "max_tokens_per_turn",
+    "lm_max_tokens": "lm_max_tokens",
+    "sub_lm_max_tokens": "lm_max_tokens",
 }
-"""Each numeric budget and the setting holding its maximum."""
+"""Each numeric budget and the field of ``Ceilings`` holding its maximum."""
 FIXED_RANGES = {"lm_temperature": (0.0, 2.0), "sub_lm_temperature": (0.0, 2.0)}
 MAX_MODEL_NAME = 200
 
 SessionSettings: type[BaseModel] = create_model(  # type: ignore[call-overload]
     "SessionSettings",
     __config__=ConfigDict(extra="forbid"),
-    **{key: (Settings.model_fields[key].annotation, Settings.model_fields[key]) for key in SESSION_SETTING_KEYS},
+    **{key: (setting_field(key).annotation, setting_field(key)) for key in SESSION_SETTING_KEYS},
 )
 
 
@@ -56,14 +57,14 @@ def _refuse(message: str) -> Invalid:
     return Invalid(message, code="invalid_settings")
 
 
-def _check_bounds(values: dict[str, Any], server: Settings) -> None:
+def _check_bounds(values: dict[str, Any], ceilings: Ceilings) -> None:
     for key, value in values.items():
         if value is None:
             continue
         if key in CEILING_OF:
-            ceiling = getattr(server, CEILING_OF[key])
+            ceiling = getattr(ceilings, CEILING_OF[key])
             if value > ceiling:
-                env = f"FLEET_{CEILING_OF[key].upper()}"
+                env = f"FLEET_CEILING_{CEILING_OF[key].upper()}"
                 raise _refuse(f"setting {key!r}: {value} is above this server's maximum of {ceiling} ({env})")
         elif key in FIXED_RANGES:
             low, high = FIXED_RANGES[key]
@@ -73,8 +74,8 @@ def _check_bounds(values: dict[str, Any], server: Settings) -> None:
             raise _refuse(f"setting {key!r}: longer than the maximum of {MAX_MODEL_NAME} characters")
 
 
-def check_session_settings(values: dict[str, Any] | None, server: Settings) -> dict[str, Any]:
-    """``values`` validated against the settings' own rules and ``server``'s ceilings; raises
+def check_session_settings(values: dict[str, Any] | None, ceilings: Ceilings) -> dict[str, Any]:
+    """``values`` validated against the settings' own rules and the server's ``ceilings``; raises
     Invalid naming the key."""
     try:
         parsed = SessionSettings.model_validate(values or {})
@@ -87,7 +88,7 @@ def check_session_settings(values: dict[str, Any] | None, server: Settings) -> d
             ) from exc
         raise _refuse(f"setting {key!r}: {first['msg']}") from exc
     checked = parsed.model_dump(exclude_unset=True)
-    _check_bounds(checked, server)
+    _check_bounds(checked, ceilings)
     return checked
 
 
@@ -96,4 +97,4 @@ def effective_settings(base: Settings, *layers: dict[str, Any] | None) -> Settin
     update: dict[str, Any] = {}
     for layer in layers:
         update.update({k: v for k, v in (layer or {}).items() if v is not None})
-    return base.model_copy(update=update) if update else base
+    return base.with_values(update)

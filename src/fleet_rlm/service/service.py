@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from fleet_rlm.config import Settings
+from fleet_rlm.config import Ceilings, Settings
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits
 from fleet_rlm.sandbox.registry import configured_backend
@@ -57,14 +57,14 @@ class TurnSubmission:
     max_model_calls: int | None = None
     turn_timeout: float | None = None
 
-    def options(self, server: Settings) -> dict[str, Any]:
+    def options(self, ceilings: Ceilings) -> dict[str, Any]:
         values = {
             "mode": self.mode,
             "max_iterations": self.max_iterations,
             "max_model_calls": self.max_model_calls,
             "turn_timeout": self.turn_timeout,
         }
-        return check_session_settings({k: v for k, v in values.items() if v is not None}, server)
+        return check_session_settings({k: v for k, v in values.items() if v is not None}, ceilings)
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,8 @@ class FleetService:
             self._pool = SandboxPool(
                 self.backend,
                 self.settings.data_dir / "sandboxes",
-                self.settings.sandbox_pool_size,
-                SandboxLimits.from_settings(self.settings),
+                self.settings.sandbox.pool_size,
+                SandboxLimits.from_settings(self.settings.sandbox, self.settings.budget),
                 self.runner,
             )
         return self._pool
@@ -187,9 +187,9 @@ class FleetService:
         mode: str | None = None,
         settings: dict[str, Any] | None = None,
     ) -> SessionRecord:
-        checked = check_session_settings(settings, self.settings)
+        checked = check_session_settings(settings, self.settings.server.ceilings)
         if mode is not None:
-            check_session_settings({"mode": mode}, self.settings)
+            check_session_settings({"mode": mode}, self.settings.server.ceilings)
         return await self.store.create_session(name=name, title=title, mode=mode, settings=checked)
 
     async def get_session(self, ref: str) -> SessionRecord:
@@ -202,9 +202,9 @@ class FleetService:
 
     async def update_session(self, ref: str, **changes: Any) -> SessionRecord:
         if "settings" in changes:
-            changes["settings"] = check_session_settings(changes["settings"], self.settings)
+            changes["settings"] = check_session_settings(changes["settings"], self.settings.server.ceilings)
         if changes.get("mode") is not None:
-            check_session_settings({"mode": changes["mode"]}, self.settings)
+            check_session_settings({"mode": changes["mode"]}, self.settings.server.ceilings)
         return await self.store.update_session(ref, **changes)
 
     async def delete_session(self, ref: str) -> SessionRecord:
@@ -219,7 +219,7 @@ class FleetService:
     ) -> tuple[FileRecord, FileKind]:
         """Store ``source`` at ``files/<rel>`` (replacing what was there); returns it and its kind."""
         session = await self.store.get_session(session_ref)
-        limit = self.settings.upload_limit_mb * 1024 * 1024
+        limit = self.settings.server.upload_limit_mb * 1024 * 1024
         record = await asyncio.to_thread(self.files.store_upload, session.id, rel, source, limit, declared_type)
         stored = await self.store.put_file(session.id, record)
         return stored, await asyncio.to_thread(self.files.kind, session.id, stored)
@@ -248,7 +248,7 @@ class FleetService:
 
     async def import_session(self, source: IO[bytes], *, name: str | None = None) -> SessionRecord:
         """Restore an archive as a new session under a new id."""
-        return await archive.import_session(self.store, self.blobs, source, self.settings, name=name)
+        return await archive.import_session(self.store, self.blobs, source, self.settings.server, name=name)
 
     # Turns ------------------------------------------------------------------------------------
 
@@ -259,10 +259,10 @@ class FleetService:
         if not submission.message.strip():
             raise Invalid("the message is empty", code="invalid_request")
         context_paths = [clean_path(p) for p in submission.context_paths]
-        options = submission.options(self.settings)
+        options = submission.options(self.settings.server.ceilings)
         session = await self.store.get_session(session_ref)
         try:  # stored before a ceiling was lowered, say
-            check_session_settings(session.settings, self.settings)
+            check_session_settings(session.settings, self.settings.server.ceilings)
         except Invalid as exc:
             raise Invalid(f"this session's {exc.message}; change it with PATCH", code=exc.code) from exc
         turn, created = await self.store.create_turn(
@@ -286,10 +286,10 @@ class FleetService:
 
     def _running_slots(self) -> asyncio.Semaphore | None:
         """How many turns may run at once in this process; the rest wait ``queued``, in order."""
-        if self.settings.max_running_turns == 0:
+        if self.settings.server.max_running_turns == 0:
             return None
         if self._slots is None:
-            self._slots = asyncio.Semaphore(self.settings.max_running_turns)
+            self._slots = asyncio.Semaphore(self.settings.server.max_running_turns)
         return self._slots
 
     def _forget(self, turn_id: str) -> None:

@@ -114,5 +114,5 @@ async def turn_events(
         if not last_event_id.strip().isdigit():
             raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be an event sequence number")
         after_seq = int(last_event_id)
-    events = await service.events(turn_id, after_seq, idle=service.settings.sse_heartbeat_seconds)
+    events = await service.events(turn_id, after_seq, idle=service.settings.server.sse_heartbeat_seconds)
     return event_stream(events)

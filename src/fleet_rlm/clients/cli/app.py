@@ -86,7 +86,7 @@ def run(
             turn_timeout=timeout,
             mode=mode,
         )
-        require_model(settings)
+        require_model(settings.lm)
         configured_backend_class(settings)
     except ConfigError as exc:
         raise fail(str(exc)) from None

@@ -51,10 +51,11 @@ def check_limits(settings: Settings) -> list[Check]:
     from fleet_rlm.sandbox.local import LIMITS_FIX, LocalSandboxBackend
 
     try:
-        rows = LocalSandboxBackend.from_settings(settings).protections_report(SandboxLimits.from_settings(settings))
+        limits = SandboxLimits.from_settings(settings.sandbox, settings.budget)
+        rows = LocalSandboxBackend.from_settings(settings.sandbox).protections_report(limits)
     except Exception as exc:
         return [Check("sandbox limits", False, f"{type(exc).__name__}: {exc}", "see docs/sandbox.md")]
-    required = settings.sandbox_require_limits
+    required = settings.sandbox.require_limits
     checks = []
     for row in rows:
         name = f"limit: {row.name}"
@@ -69,16 +70,17 @@ def check_limits(settings: Settings) -> list[Check]:
 
 
 def check_model(settings: Settings) -> Check:
-    if not settings.lm_model:
+    lm = settings.lm
+    if not lm.model:
         return Check("model endpoint", False, "no model configured", "set FLEET_LM_MODEL (and FLEET_LM_BASE_URL)")
-    if not settings.lm_base_url:
-        return Check("model endpoint", True, f"{settings.lm_model} via the provider's default endpoint (not probed)")
+    if not lm.base_url:
+        return Check("model endpoint", True, f"{lm.model} via the provider's default endpoint (not probed)")
     headers = {}
-    if settings.lm_api_key is not None:
-        headers["Authorization"] = f"Bearer {settings.lm_api_key.get_secret_value()}"
-    url = settings.lm_base_url.rstrip("/") + "/models"
+    if lm.api_key is not None:
+        headers["Authorization"] = f"Bearer {lm.api_key.get_secret_value()}"
+    url = lm.base_url.rstrip("/") + "/models"
     try:
-        response = httpx.get(url, headers=headers, timeout=min(settings.lm_timeout, 10.0))
+        response = httpx.get(url, headers=headers, timeout=min(lm.timeout, 10.0))
     except httpx.HTTPError as exc:
         return Check("model endpoint", False, f"{url}: {exc}", "check FLEET_LM_BASE_URL and that the server runs")
     if response.status_code in (401, 403):
@@ -114,8 +116,8 @@ def smoke_turn(settings: Settings) -> Check:
         server.script("smoke-root", rlm_step("Sum revenue per region.", SMOKE_CODE_1))
         server.script("smoke-root", rlm_step("Save and submit.", SMOKE_CODE_2))
         server.script("smoke-sub", "ok")
-        smoke_settings = settings.model_copy(
-            update={
+        smoke_settings = settings.with_values(
+            {
                 "lm_model": "openai/smoke-root",
                 "lm_base_url": server.base_url,
                 "lm_api_key": None,
@@ -164,14 +166,13 @@ def real_model_turn(settings: Settings, size: str) -> Check:
     events: list[Event] = []
     try:
         with RealModelServer(spec) as server, tempfile.TemporaryDirectory(prefix="fleet-real-smoke-") as tmp:
-            values = {**settings.model_dump(), **server.fleet_values()}
-            values.update(sub_lm_base_url=None, sub_lm_api_key=None, mode="rlm", max_iterations=4)
-            values["turn_timeout"] = min(settings.turn_timeout, REAL_MODEL_TURN_TIMEOUT)
+            values = {**server.fleet_values(), "sub_lm_base_url": None, "sub_lm_api_key": None, "mode": "rlm"}
+            values.update(max_iterations=4, turn_timeout=min(settings.budget.turn_timeout, REAL_MODEL_TURN_TIMEOUT))
             workspace = Path(tmp) / "workspace"
             (workspace / "files").mkdir(parents=True)
             (workspace / "files" / "sales.csv").write_text(SMOKE_CSV)
             request = TurnRequest(task=REAL_MODEL_TASK, workspace=workspace)
-            outcome = asyncio.run(build_turn(Settings.model_validate(values), request, events.append).run())
+            outcome = asyncio.run(build_turn(settings.with_values(values), request, events.append).run())
             speed = server.speed().describe()
     except RealModelError as exc:
         return Check(name, False, str(exc), "see docs/testing.md, section 'The real model'")

@@ -64,7 +64,7 @@ def run_local(
     backend = configured_backend(settings)
     reap_stale_runs(settings.runs_dir)
     volume = backend.workspace_volume(
-        settings.runs_dir / f"{os.getpid()}-{turn_id}", SandboxLimits.from_settings(settings)
+        settings.runs_dir / f"{os.getpid()}-{turn_id}", SandboxLimits.from_settings(settings.sandbox, settings.budget)
     )
     try:
         live = Workspace.create(volume.workspace, mode=SHARED_DIR_MODE)

@@ -26,14 +26,14 @@ def serve_command(
 
     try:
         settings = load_settings(server_host=host, server_port=port)
-        check_bind(settings, settings.server_host)
+        check_bind(settings, settings.server.host)
         configured_backend_class(settings)
         display = Database(database_url(settings)).display_url
     except ConfigError as exc:
         print(f"fleet: error: {exc}", file=sys.stderr)
         raise typer.Exit(EXIT_CONFIG) from None
     print(
-        f"Fleet API on http://{settings.server_host}:{settings.server_port}/api/v1  "
+        f"Fleet API on http://{settings.server.host}:{settings.server.port}/api/v1  "
         f"(database {display}, data {settings.data_dir})",
         file=sys.stderr,
     )

@@ -67,19 +67,19 @@ def _probe(url: str, token: str | None) -> bool | None:
 
 
 def connect(settings: Settings, url: str | None) -> Connection:
-    token = settings.api_token.get_secret_value() if settings.api_token else None
+    token = settings.server.api_token.get_secret_value() if settings.server.api_token else None
     if url:
         url = url.rstrip("/")
         if _probe(url, token) is None:
             raise ConnectError(f"cannot reach a Fleet server at {url}")
         return Connection(url, token)
-    local = f"http://127.0.0.1:{settings.server_port}"
+    local = f"http://127.0.0.1:{settings.server.port}"
     found = _probe(local, token)
     if found:
         return Connection(local, token)
     if found is False:
         raise ConnectError(
-            f"port {settings.server_port} is taken by something that is not a Fleet server; "
+            f"port {settings.server.port} is taken by something that is not a Fleet server; "
             "set FLEET_SERVER_PORT to a free port or pass --url"
         )
     return _start(settings, local, token)
@@ -90,7 +90,7 @@ def _start(settings: Settings, url: str, token: str | None) -> Connection:
     log = settings.logs_dir / LOG_NAME
     command = [
         sys.executable, "-m", "fleet_rlm.clients.terminal.background_server", str(os.getpid()),
-        "--host", "127.0.0.1", "--port", str(settings.server_port),
+        "--host", "127.0.0.1", "--port", str(settings.server.port),
     ]  # fmt: skip
     with log.open("ab") as out:
         process = subprocess.Popen(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dspy.primitives import CodeInterpreterError
-from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.bridge import allowlist as allowed
@@ -37,8 +37,7 @@ class BridgeGuard:
     @classmethod
     def for_settings(cls, settings: Settings) -> BridgeGuard:
         """A guard that also redacts every secret in ``settings`` (model API keys, the API token)."""
-        secrets = [value.get_secret_value() for value in dict(settings).values() if isinstance(value, SecretStr)]
-        return cls(secrets)
+        return cls(settings.secret_values())
 
     def bridge(self, tools: Mapping[str, Tool]) -> dict[str, Tool]:
         unknown = sorted(set(tools) - allowed.BRIDGED_TOOLS)

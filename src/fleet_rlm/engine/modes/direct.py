@@ -35,7 +35,7 @@ def run_direct(ctx: RouteContext) -> str:
     with ctx.trace.lock:
         ctx.trace.iteration_span = new_id("span")  # one step, under the turn's root span
     with ctx.lm_context():
-        if ctx.settings.lm_stream:
+        if ctx.settings.lm.stream:
             prediction = asyncio.run(stream_program(ctx, program, program.predict, ("reasoning",)))
         else:
             prediction = program(**ctx.inputs)

@@ -18,7 +18,7 @@ def run_rlm(ctx: RouteContext) -> str:
     rlm = build_rlm(
         max_iterations=ctx.max_iterations,
         max_model_calls=ctx.budget.max_model_calls,
-        max_output_chars=ctx.settings.max_output_chars,
+        max_output_chars=ctx.settings.budget.max_output_chars,
         sub_lm=ctx.sub_lm,
         interpreter_factory=ctx.interpreter_factory,
         tools=ctx.tools or None,
@@ -27,7 +27,7 @@ def run_rlm(ctx: RouteContext) -> str:
     )
     callbacks = RLMCallbacks(ctx.trace, rlm.generate_action, rlm.extract)
     with ctx.lm_context(callbacks):
-        if ctx.settings.lm_stream:
+        if ctx.settings.lm.stream:
             prediction = asyncio.run(stream_program(ctx, rlm, rlm.generate_action, ("reasoning", "code")))
         else:
             prediction = rlm(**ctx.inputs)
