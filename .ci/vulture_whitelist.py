@@ -12,22 +12,14 @@ _.next_offset  # api.schemas: paging cursors returned to clients
 _.next_after
 _.expires_at
 _.settings_customise_sources
-file_secret_settings  # a parameter settings_customise_sources must accept
+file_secret_settings  # parameters settings_customise_sources must accept
+env_settings
+dotenv_settings
+_._read_file  # TomlConfigSettingsSource's hook for reading one file (Fleet checks keys while reading)
 _.get_field_value  # PydanticBaseSettingsSource's abstract method
 
 # config: operator ceilings, read by name through service.overrides' field -> ceiling map.
-_.ceiling_max_iterations
-_.ceiling_max_model_calls
-_.ceiling_turn_timeout
-_.ceiling_execution_timeout
-_.ceiling_max_output_chars
-_.ceiling_max_tokens_per_turn
-_.ceiling_lm_max_tokens
-# In progress elsewhere in issue 10: the backend registry reads sandbox_backend; the settings nesting
-# removes sub_model; SandboxFactory becomes the one sandbox factory. Revisit these once they land.
-_.sandbox_backend
-_.sub_model
-_.interrupt_all
+_.lm_max_tokens
 
 # DSPy calls these on Fleet's subclasses and implementations.
 _.on_module_start  # dspy.utils.BaseCallback hooks

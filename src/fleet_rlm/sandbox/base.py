@@ -208,7 +208,7 @@ class SandboxFactory:
     ``dspy.RLM`` calls it with no arguments once per forward and reads the backend's
     ``execution_instructions`` off it. Before each sandbox, ``admit`` may refuse by raising (a spent
     budget, a cancelled turn); ``on_create`` hears of each new sandbox (to interrupt it on cancel);
-    the caller gets ``wrap(sandbox)``. It remembers what it made, for :meth:`interrupt_all`.
+    the caller gets ``wrap(sandbox)``. ``created`` lists what it made.
     """
 
     def __init__(
@@ -237,9 +237,3 @@ class SandboxFactory:
         if self._on_create is not None:
             self._on_create(sandbox)
         return sandbox if self._wrap is None else self._wrap(sandbox)
-
-    def interrupt_all(self) -> None:
-        with self._lock:
-            made = list(self.created)
-        for sandbox in made:
-            sandbox.interrupt()
