@@ -38,11 +38,11 @@ from typing import Any
 
 import httpx
 
-from fleet_rlm.api.client import parse_sse
 from fleet_rlm.models.scripted import ScriptedModel, ScriptedModelServer, rlm_step
 from fleet_rlm.sandbox.base import SandboxLimits
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.service.pool import SandboxPool
+from fleet_rlm.testing.sse import aevent_frames
 
 STEP_MARK = "load-bench-step"
 
@@ -147,28 +147,20 @@ async def run_turn(client: httpx.AsyncClient, session_id: str, timing: TurnTimin
     accepted.raise_for_status()
     turn_id = accepted.json()["id"]
     async with client.stream("GET", f"/turns/{turn_id}/events", timeout=httpx.Timeout(30, read=600)) as stream:
-        buffer: list[str] = []
-        async for line in stream.aiter_lines():
-            buffer.append(line)
-            if line:
-                continue
-            for frame in parse_sse(iter(buffer)):
-                if "id" not in frame:
-                    continue
-                now = time.time()
-                event = json.loads(frame["data"])
-                if not timing.events:
-                    timing.first_event = now
-                    timing.first_emitted = float(event["ts"])
-                timing.events += 1
-                timing.lags.append(now - float(event["ts"]))
-                if event["type"] == "iteration.started":
-                    timing.iterations += 1
-                if event["type"] in ("turn.completed", "turn.failed", "turn.cancelled", "turn.interrupted"):
-                    timing.terminal = event["type"]
-                    timing.finished = now
-                    return
-            buffer = []
+        async for frame in aevent_frames(stream):
+            now = time.time()
+            event = frame.json()
+            if not timing.events:
+                timing.first_event = now
+                timing.first_emitted = float(event["ts"])
+            timing.events += 1
+            timing.lags.append(now - float(event["ts"]))
+            if event["type"] == "iteration.started":
+                timing.iterations += 1
+            if event["type"] in ("turn.completed", "turn.failed", "turn.cancelled", "turn.interrupted"):
+                timing.terminal = event["type"]
+                timing.finished = now
+                return
 
 
 async def load(base_url: str, sessions: int) -> list[TurnTiming]:

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import psutil
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    """Whether process ``pid`` exists and is not a zombie (killed, not yet reaped: dead for our purposes)."""
+    if pid <= 0:
         return False
-    except PermissionError:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # ZombieProcess included
+        return False
+    except psutil.AccessDenied:
         return True
-    try:  # a zombie (killed, not yet reaped) is dead for our purposes
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import httpx
 
-from fleet_rlm.api.client import parse_sse
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.sse import aevent_frames
 
 from .server import RunningServer
 
@@ -17,9 +16,8 @@ SESSIONS = 16  # twice DSPy's default async worker limit
 async def follow_to_the_end(http: httpx.AsyncClient, session: str) -> str:
     turn_id = (await http.post(f"/sessions/{session}/turns", json={"message": "x"})).json()["id"]
     async with http.stream("GET", f"/turns/{turn_id}/events") as stream:
-        lines = [line async for line in stream.aiter_lines()]
-    frames = [f for f in parse_sse(iter(lines)) if "id" in f]
-    return str(json.loads(frames[-1]["data"])["type"])
+        frames = [frame async for frame in aevent_frames(stream)]
+    return str(frames[-1].json()["type"])
 
 
 def test_many_sessions_stream_turns_at_once(api: RunningServer, model_server: ScriptedModelServer) -> None:

@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from fleet_rlm.api.client import parse_sse
 from fleet_rlm.api.server import check_bind
 from fleet_rlm.config import ConfigError
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.testing.settings import scripted_settings
+from fleet_rlm.testing.sse import event_frames
 from tests.store.databases import PostgresDatabases
 
 from .conftest import SettingsFactory
@@ -74,7 +74,7 @@ def test_token_is_required_on_every_route_when_set(
             assert in_url.status_code == 401 and "not accepted in the URL" in in_url.json()["message"]
             with browser.stream("GET", ticket.json()["url"].removeprefix("/api/v1")) as sse:
                 assert sse.status_code == 200
-                events = [f["event"] for f in parse_sse(sse.iter_lines()) if "id" in f]
+                events = [f.event for f in event_frames(sse)]
         assert events[-1] == "turn.completed"
 
 

@@ -89,3 +89,21 @@ def test_oversize_upload_gets_413_with_or_without_a_length(make_settings: Settin
         )
         assert streamed.status_code == 413 and streamed.json()["code"] == "upload_too_large"
         assert http.get("/sessions/s/files").json()["items"] == []
+
+
+def test_malformed_upload_forms_are_refused_and_store_nothing(api: RunningServer) -> None:
+    with api.http() as http:
+        http.post("/sessions", json={"name": "s"})
+        no_file = http.post("/sessions/s/files", data={"path": "x.csv"})
+        assert no_file.status_code == 422 and no_file.json()["code"] == "invalid_request"
+        assert "file" in no_file.json()["message"]
+        two_files = http.post("/sessions/s/files", files=[("file", ("a.csv", CSV)), ("file", ("b.csv", CSV))])
+        assert two_files.status_code == 400 and "files" in two_files.json()["message"].lower()
+        unnamed = http.post("/sessions/s/files", files={"file": ("", CSV)})
+        assert unnamed.status_code == 422 and unnamed.json()["code"] == "invalid_request"
+        elsewhere = http.post("/sessions/nope/files", files={"file": ("a.csv", CSV)})
+        assert elsewhere.status_code == 404 and elsewhere.json()["code"] == "session_not_found"
+        no_archive = http.post("/sessions/import", data={"name": "x"})
+        assert no_archive.status_code == 422 and "archive" in no_archive.json()["message"]
+        assert http.get("/sessions/s/files").json()["items"] == []
+        assert [s["name"] for s in http.get("/sessions").json()["items"]] == ["s"]

@@ -7,9 +7,10 @@ import json
 import threading
 
 import httpx
+from httpx_sse import ServerSentEvent
 
-from fleet_rlm.api.client import parse_sse
 from fleet_rlm.models.scripted import Reply, ScriptedModelServer, rlm_step
+from fleet_rlm.testing.sse import event_frames, wire
 
 from .conftest import SettingsFactory
 from .server import RunningServer, server_in_thread
@@ -29,15 +30,21 @@ SUBMIT(answer=', '.join(f'{r}: {t}' for r, t in sorted(totals.items())))"""
 SLOW = "print('started', flush=True)\nimport time\ntime.sleep(30)"
 
 
-def read_frames(response: httpx.Response, stop_after: int | None = None) -> list[dict[str, str]]:
+def read_frames(response: httpx.Response, stop_after: int | None = None) -> list[ServerSentEvent]:
+    """The event frames, to the terminal one (or the first ``stop_after``)."""
     frames = []
-    for frame in parse_sse(response.iter_lines()):
+    for frame in event_frames(response):
         frames.append(frame)
-        if frame.get("event", "").startswith("turn.") and frame["event"] != "turn.started":
+        if frame.event.startswith("turn.") and frame.event != "turn.started":
             break
-        if stop_after is not None and len([f for f in frames if "id" in f]) >= stop_after:
+        if stop_after is not None and len(frames) >= stop_after:
             break
     return frames
+
+
+def raw_frames(response: httpx.Response) -> list[list[str]]:
+    """Every frame as sent, as its lines: what a client that keeps ``Last-Event-ID`` reads."""
+    return [block.splitlines() for block in response.read().decode().split("\n\n") if block]
 
 
 def test_csv_turn_end_to_end(pooled_api: RunningServer, model_server: ScriptedModelServer) -> None:
@@ -62,13 +69,13 @@ def test_csv_turn_end_to_end(pooled_api: RunningServer, model_server: ScriptedMo
             assert live.headers["content-type"].startswith("text/event-stream")
             assert live.headers["cache-control"] == "no-cache"
             assert live.headers["x-accel-buffering"] == "no"
-            frames = [f for f in read_frames(live) if "id" in f]
-        ids = [int(f["id"]) for f in frames]
+            frames = read_frames(live)
+        ids = [int(f.id) for f in frames]
         assert ids == list(range(1, len(ids) + 1))
         for frame in frames:
-            assert json.loads(frame["data"])["type"] == frame["event"]
-        assert frames[0]["event"] == "turn.started" and frames[-1]["event"] == "turn.completed"
-        assert {"iteration.started", "code", "output", "artifact.created"} <= {f["event"] for f in frames}
+            assert frame.json()["type"] == frame.event
+        assert frames[0].event == "turn.started" and frames[-1].event == "turn.completed"
+        assert {"iteration.started", "code", "output", "artifact.created"} <= {f.event for f in frames}
 
         turn = http.get(f"/turns/{turn_id}").json()
         assert turn["status"] == "completed"
@@ -87,8 +94,8 @@ def test_csv_turn_end_to_end(pooled_api: RunningServer, model_server: ScriptedMo
         assert listed["artifacts/revenue_by_region.csv"]["origin"] == "artifact"
 
         with http.stream("GET", f"/turns/{turn_id}/events") as replay:
-            replayed = [f for f in read_frames(replay) if "id" in f]
-        assert replayed == frames
+            replayed = read_frames(replay)
+        assert wire(replayed) == wire(frames)
 
         again = http.post(
             "/sessions/sales/turns",
@@ -110,16 +117,16 @@ def test_reconnecting_with_last_event_id_misses_nothing(api: RunningServer, mode
         http.post("/sessions", json={"name": "s"})
         turn_id = http.post("/sessions/s/turns", json={"message": "count"}).json()["id"]
         with http.stream("GET", f"/turns/{turn_id}/events") as first:
-            head = [f for f in read_frames(first, stop_after=3) if "id" in f]
-        assert [int(f["id"]) for f in head] == [1, 2, 3]
+            head = read_frames(first, stop_after=3)
+        assert [int(f.id) for f in head] == [1, 2, 3]
         assert http.get(f"/turns/{turn_id}").json()["status"] == "running"
-        with http.stream("GET", f"/turns/{turn_id}/events", headers={"Last-Event-ID": head[-1]["id"]}) as second:
-            tail = [f for f in read_frames(second) if "id" in f]
+        with http.stream("GET", f"/turns/{turn_id}/events", headers={"Last-Event-ID": head[-1].id}) as second:
+            tail = read_frames(second)
         with http.stream("GET", f"/turns/{turn_id}/events") as full:
-            everything = [f for f in read_frames(full) if "id" in f]
-    assert head + tail == everything
-    assert everything[-1]["event"] == "turn.completed"
-    assert sum(1 for f in everything if f["event"] == "iteration.started") == 5
+            everything = read_frames(full)
+    assert wire(head + tail) == wire(everything)
+    assert everything[-1].event == "turn.completed"
+    assert sum(1 for f in everything if f.event == "iteration.started") == 5
 
 
 def test_cancel_conflict_and_detached_turns(api: RunningServer, model_server: ScriptedModelServer) -> None:
@@ -128,8 +135,8 @@ def test_cancel_conflict_and_detached_turns(api: RunningServer, model_server: Sc
         http.post("/sessions", json={"name": "s"})
         turn_id = http.post("/sessions/s/turns", json={"message": "slow"}).json()["id"]
         with http.stream("GET", f"/turns/{turn_id}/events") as stream:
-            for frame in parse_sse(stream.iter_lines()):
-                if frame.get("event") == "output" and "started" in frame["data"]:
+            for frame in event_frames(stream):
+                if frame.event == "output" and "started" in frame.data:
                     break  # the connection closes here: the turn must keep running
         assert http.get(f"/turns/{turn_id}").json()["status"] == "running"
 
@@ -140,8 +147,8 @@ def test_cancel_conflict_and_detached_turns(api: RunningServer, model_server: Sc
 
         assert http.post(f"/turns/{turn_id}/cancel").status_code == 202
         with http.stream("GET", f"/turns/{turn_id}/events") as stream:
-            frames = [f for f in read_frames(stream) if "id" in f]
-        assert frames[-1]["event"] == "turn.cancelled"
+            frames = read_frames(stream)
+        assert frames[-1].event == "turn.cancelled"
         assert http.get(f"/turns/{turn_id}").json()["status"] == "cancelled"
         again = http.post(f"/turns/{turn_id}/cancel")
         assert again.status_code == 409 and again.json()["code"] == "turn_not_active"
@@ -149,7 +156,7 @@ def test_cancel_conflict_and_detached_turns(api: RunningServer, model_server: Sc
         model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='fine')"))
         next_id = http.post("/sessions/s/turns", json={"message": "now"}).json()["id"]
         with http.stream("GET", f"/turns/{next_id}/events") as stream:
-            assert [f for f in read_frames(stream) if "id" in f][-1]["event"] == "turn.completed"
+            assert read_frames(stream)[-1].event == "turn.completed"
 
 
 def test_quiet_turns_get_heartbeats_without_ids(
@@ -160,11 +167,14 @@ def test_quiet_turns_get_heartbeats_without_ids(
         http.post("/sessions", json={"name": "s"})
         turn_id = http.post("/sessions/s/turns", json={"message": "x"}).json()["id"]
         with http.stream("GET", f"/turns/{turn_id}/events") as stream:
-            frames = read_frames(stream)
-    beats = [f for f in frames if f.get("event") == "heartbeat"]
+            frames = raw_frames(stream)
+    assert frames[0] == ["retry: 1000"]
+    beats = [f for f in frames if "event: heartbeat" in f]
     assert len(beats) >= 2
-    assert all("id" not in f for f in beats)
-    assert frames[-1]["event"] == "turn.completed"
+    for beat in beats:
+        assert not any(line.startswith("id:") for line in beat), beat
+        assert json.loads(beat[-1].removeprefix("data: "))["type"] == "heartbeat"
+    assert "event: turn.completed" in frames[-1]
 
 
 def test_concurrent_submissions_start_exactly_one_turn(api: RunningServer, model_server: ScriptedModelServer) -> None:

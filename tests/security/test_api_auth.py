@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fleet_rlm.api.client import parse_sse
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.sse import event_frames
 
 from .api_server import TOKEN, StartServer, fleet_serve, http, serve_env
 
@@ -44,7 +44,7 @@ def test_tokens_and_tickets_never_reach_the_access_log(
         ticket = client.post(f"/turns/{turn_id}/events/ticket").json()
         with browser.stream("GET", ticket["url"].removeprefix("/api/v1")) as sse:
             assert sse.status_code == 200
-            assert [f["event"] for f in parse_sse(sse.iter_lines()) if "id" in f][-1] == "turn.completed"
+            assert [f.event for f in event_frames(sse)][-1] == "turn.completed"
         for params in ({"token": TOKEN}, {"%74oken": TOKEN}, {"after": "0", "Token": TOKEN}, {"x": TOKEN}):
             assert browser.get(f"/turns/{turn_id}/events", params=params).status_code == 401
         assert client.get("/health", params={"token": TOKEN}).status_code == 200
@@ -81,8 +81,8 @@ def test_a_stream_ticket_opens_its_own_stream_once_and_nothing_else(
 
         with browser.stream("GET", f"/turns/{first}/events", params={"ticket": ticket}) as sse:
             assert sse.status_code == 200
-            frames = [f for f in parse_sse(sse.iter_lines()) if "id" in f]
-        assert frames[-1]["event"] == "turn.completed"
+            frames = list(event_frames(sse))
+        assert frames[-1].event == "turn.completed"
         again = browser.get(f"/turns/{first}/events", params={"ticket": ticket})
         assert again.status_code == 401 and "already used" in again.json()["message"]
         assert again.headers["www-authenticate"] == "Bearer"

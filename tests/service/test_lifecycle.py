@@ -22,8 +22,6 @@ SLOW = "print('started', flush=True)\nimport time\ntime.sleep(30)\nSUBMIT(answer
 async def wait_for_output(service: FleetService, turn_id: str, text: str) -> list[Event]:
     seen: list[Event] = []
     async for event in await service.events(turn_id):
-        if event is None:
-            continue
         seen.append(event)
         if event.type is EventType.OUTPUT and text in str(event.data.get("text")):
             return seen
@@ -58,11 +56,11 @@ async def test_followers_replay_from_any_point_live_and_after_the_end(
     await service.create_session(name="s")
     model_server.script("root", rlm_step("Go.", "print('a')"), rlm_step("Done.", "SUBMIT(answer='ok')"))
     turn, _ = await service.submit_turn("s", TurnSubmission(message="x"))
-    live = [e async for e in await service.events(turn.id) if e is not None]
+    live = [e async for e in await service.events(turn.id)]
     await service.wait_for_turn(turn.id)
     seqs = [e.seq for e in live]
     assert seqs == list(range(1, len(seqs) + 1))
-    replayed = [e async for e in await service.events(turn.id, after_seq=3) if e is not None]
+    replayed = [e async for e in await service.events(turn.id, after_seq=3)]
     assert [e.seq for e in replayed] == seqs[3:]
     assert [e.to_dict() for e in replayed] == [e.to_dict() for e in live[3:]]
 
@@ -145,7 +143,7 @@ async def test_start_up_interrupts_turns_of_dead_processes_and_reaps_their_sandb
         assert [(e.seq, e.type) for e in events] == [(1, EventType.TURN_STARTED), (2, EventType.TURN_INTERRUPTED)]
         assert events[-1].span_id == "span_x"
         assert (await service.store.get_turn(remote.id)).status == "queued"
-        replay = [e async for e in await service.events(orphan.id) if e is not None]
+        replay = [e async for e in await service.events(orphan.id)]
         assert replay[-1].type is EventType.TURN_INTERRUPTED
     finally:
         await service.stop()

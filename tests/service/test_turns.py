@@ -31,7 +31,7 @@ async def test_turn_runs_commits_answer_artifact_and_events(
     turn, created = await service.submit_turn("sales", TurnSubmission(message="Revenue by region"))
     assert created
     stream = await service.events(turn.id)
-    events = [e async for e in stream if e is not None]
+    events = [e async for e in stream]
     assert events[-1].type is EventType.TURN_COMPLETED
     done = await service.wait_for_turn(turn.id)
     assert done.status == "completed", done.error
@@ -78,7 +78,7 @@ async def test_failed_turn_leaves_the_session_files_as_they_were(
     model_server.script("root", rlm_step("Write then fail.", "open('artifacts/half.csv','w').write('x')\nprint(1)"))
     turn, _ = await service.submit_turn("s", TurnSubmission(message="x", max_iterations=1))
     stream = await service.events(turn.id)
-    events = [e async for e in stream if e is not None]
+    events = [e async for e in stream]
     done = await service.wait_for_turn(turn.id)
     assert done.status == "failed" and events[-1].type is EventType.TURN_FAILED
     assert await service.list_files("s") == []

@@ -374,3 +374,21 @@ def listed(path: Path) -> WorkspaceFile:
     found = stat_file(path.parent, path.name)
     assert found is not None
     return found
+
+
+def test_a_full_cache_forgets_the_least_recently_used_file(tmp_path: Path) -> None:
+    paths = [tmp_path / f"{name}.txt" for name in ("a", "b", "c")]
+    for path in paths:
+        path.write_text(path.name)
+    a, b, c = paths
+    cache = DigestCache(max_entries=2)
+    cache.digest(listed(a))
+    cache.digest(listed(b))
+    cache.digest(listed(a))  # a is now the most recently used
+    cache.digest(listed(c))  # so b goes
+    assert (cache.misses, cache.hits) == (3, 1)
+    cache.digest(listed(a))
+    cache.digest(listed(c))
+    assert (cache.misses, cache.hits) == (3, 3)
+    cache.digest(listed(b))
+    assert cache.misses == 4

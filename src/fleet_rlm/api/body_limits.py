@@ -3,7 +3,9 @@
 A declared ``Content-Length`` over the limit is refused before the route runs; a body without one
 (chunked) is counted as it arrives and cut off at the limit: the route stops reading, the client gets
 413 with ``Connection: close`` and the rest is never spooled or stored. Uploads and session imports
-have their own (larger) limits; every other body is JSON and gets ``json_body_limit_kb``.
+have their own (larger) limits; every other body is JSON and gets ``json_body_limit_kb``. FastAPI
+parses the multipart forms (``UploadFile``, spooled to disk) from the counted stream, so an upload
+cut off here leaves nothing behind.
 
 Before answering, at most :data:`DRAIN_BYTES` more of the body are read and dropped (for at most
 :data:`DRAIN_SECONDS`): a client a little over the limit is usually still sending, and closing on

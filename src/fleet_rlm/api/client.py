@@ -1,20 +1,20 @@
 """A small synchronous Python client of the HTTP API (used by ``fleet run --url`` and ``fleet sessions --url``).
 
 :meth:`FleetClient.follow` streams a turn's events and, if the connection drops, reconnects with
-``Last-Event-ID`` so no event is missed or repeated.
+``Last-Event-ID`` so no event is missed or repeated (SSE parsing by httpx-sse, retries by tenacity).
 """
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import httpx
+from httpx_sse import connect_sse
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
-from fleet_rlm.protocol.events import Event
+from fleet_rlm.protocol.events import Event, EventType
 
 API_PREFIX = "/api/v1"
 
@@ -40,22 +40,55 @@ def _check(response: httpx.Response) -> httpx.Response:
     raise ApiFailure(response.status_code, code, message)
 
 
-def parse_sse(lines: Iterator[str]) -> Iterator[dict[str, str]]:
-    """SSE frames as dicts of their fields (``id``, ``event``, ``data``); comments skipped."""
-    frame: dict[str, str] = {}
-    for line in lines:
-        if not line:
-            if frame:
-                yield frame
-                frame = {}
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        frame[name] = f"{frame[name]}\n{value}" if name == "data" and name in frame else value
-    if frame:
-        yield frame
+class StreamEnded(ApiFailure):
+    """The event stream closed before the turn's terminal event (the server may be restarting)."""
+
+    def __init__(self, turn_id: str) -> None:
+        super().__init__(0, "stream_ended", f"the event stream of turn {turn_id} ended before the turn did")
+
+
+RECONNECT_WAIT = wait_incrementing(start=0.2, increment=0.2, max=2.0)
+"""Between reconnects: 0.2 s more each time, at most 2 s."""
+
+
+def reconnecting(retries: int = 20) -> Retrying:
+    """Reconnect up to ``retries`` times in a row without an event in between; then the last error
+    (a transport error, or :class:`StreamEnded`) is raised."""
+    return Retrying(
+        stop=stop_after_attempt(retries + 1),
+        wait=RECONNECT_WAIT,
+        retry=retry_if_exception_type((httpx.TransportError, StreamEnded)),
+        reraise=True,
+    )
+
+
+class _EventCursor:
+    """A turn's events across connections: each new connection resumes after the last seq seen."""
+
+    def __init__(self, client: FleetClient, turn_id: str, after: int) -> None:
+        self.client = client
+        self.turn_id = turn_id
+        self.last = after
+        self._stream: Generator[Event, None, None] | None = None
+
+    def next_event(self) -> Event:
+        try:
+            if self._stream is None:
+                self._stream = self.client.events(self.turn_id, after=self.last)
+            event = next(self._stream)
+        except StopIteration:
+            self.close()
+            raise StreamEnded(self.turn_id) from None
+        except BaseException:
+            self.close()
+            raise
+        self.last = event.seq
+        return event
+
+    def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
 
 
 class FleetClient:
@@ -152,40 +185,35 @@ class FleetClient:
     def cancel(self, turn_id: str) -> dict[str, Any]:
         return dict(self._json("POST", f"/turns/{turn_id}/cancel"))
 
-    def events(self, turn_id: str, after: int = 0) -> Iterator[Event]:
+    def events(self, turn_id: str, after: int = 0) -> Generator[Event, None, None]:
         """One connection's worth of events (heartbeats skipped); ends at the terminal event or
         when the connection ends."""
         headers = {"Last-Event-ID": str(after)} if after else {}
         timeout = httpx.Timeout(10.0, read=60.0)
-        with self.http.stream("GET", f"/turns/{turn_id}/events", headers=headers, timeout=timeout) as response:
-            if not response.is_success:
-                response.read()
-                _check(response)
-            for frame in parse_sse(response.iter_lines()):
-                if "id" not in frame or "data" not in frame:
-                    continue
-                event = Event.from_dict(json.loads(frame["data"]))
+        url = f"/turns/{turn_id}/events"
+        with connect_sse(self.http, "GET", url, headers=headers, timeout=timeout) as source:
+            if not source.response.is_success:
+                source.response.read()
+                _check(source.response)
+            for frame in source.iter_sse():
+                if not frame.data or frame.event == EventType.HEARTBEAT.value:
+                    continue  # the retry hint and heartbeats
+                event = Event.from_dict(frame.json())
                 yield event
                 if event.terminal:
                     return
 
-    def follow(self, turn_id: str, *, retries: int = 20) -> Iterator[Event]:
-        """Every event of the turn, in order, to the terminal one, reconnecting after drops."""
-        last = 0
-        failures = 0
-        while True:
-            progressed = False
-            try:
-                for event in self.events(turn_id, after=last):
-                    progressed = True
-                    last = event.seq
-                    yield event
-                    if event.terminal:
-                        return
-            except httpx.TransportError:
-                if failures >= retries:
-                    raise
-            failures = 0 if progressed else failures + 1
-            if failures > retries:
-                raise ApiFailure(0, "stream_ended", f"the event stream of turn {turn_id} ended before the turn did")
-            time.sleep(min(0.2 * failures, 2.0))
+    def follow(self, turn_id: str, *, after: int = 0, retrying: Retrying | None = None) -> Iterator[Event]:
+        """Every event of the turn after ``after``, in order, to the terminal one, reconnecting
+        after drops with ``Last-Event-ID`` (by :func:`reconnecting`, unless ``retrying`` says otherwise;
+        each event received starts its count afresh)."""
+        policy = retrying or reconnecting()
+        cursor = _EventCursor(self, turn_id, after)
+        try:
+            while True:
+                event = policy(cursor.next_event)
+                yield event
+                if event.terminal:
+                    return
+        finally:
+            cursor.close()

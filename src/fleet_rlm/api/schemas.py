@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
+from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleet_rlm.config import Mode
@@ -159,22 +160,15 @@ class Ready(BaseModel):
     sandbox: Check
 
 
-def multipart_upload(file_field: str, text_field: str, text_description: str) -> dict[str, Any]:
-    """OpenAPI ``openapi_extra`` for a route reading one required file and one optional text field by hand."""
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {
-                "multipart/form-data": {
-                    "schema": {
-                        "type": "object",
-                        "required": [file_field],
-                        "properties": {
-                            file_field: {"type": "string", "format": "binary"},
-                            text_field: {"type": "string", "description": text_description},
-                        },
-                    }
-                }
-            },
-        }
-    }
+class FileUpload(BaseModel):
+    """The multipart body of an upload."""
+
+    file: UploadFile = Field(description="The file's bytes")
+    path: str | None = Field(None, description="Where to put it, relative to files/ (default: the file's name)")
+
+
+class ArchiveUpload(BaseModel):
+    """The multipart body of a session import."""
+
+    archive: UploadFile = Field(description="A session archive from GET /sessions/{session}/export")
+    name: str | None = Field(None, description="Name for the new session (default: the archived one)")

@@ -1,7 +1,8 @@
 """Server-sent events: a turn's events as ``id:`` (seq), ``event:`` (type) and JSON ``data:``.
 
-Heartbeats (``event: heartbeat``, no ``id:``, so they never move ``Last-Event-ID``) keep proxies and
-clients sure the connection lives while a turn is quiet.
+Framing, the ``retry:`` hint and heartbeats are sse-starlette's. A heartbeat (``event: heartbeat``
+with a JSON body, no ``id:``, so it never moves ``Last-Event-ID``) goes out every
+``sse_heartbeat_seconds`` (at most 15) to keep proxies and clients sure the connection lives.
 """
 
 from __future__ import annotations
@@ -10,28 +11,40 @@ import json
 import time
 from collections.abc import AsyncIterator
 
-from fastapi.responses import StreamingResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from fleet_rlm.protocol.events import Event
+from fleet_rlm.protocol.events import Event, EventType
 
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Connection": "keep-alive"}
+SEPARATOR = "\n"
 RETRY_MS = 1000
+CACHE_CONTROL = {"Cache-Control": "no-cache"}
+"""sse-starlette sets ``Connection: keep-alive`` and ``X-Accel-Buffering: no`` itself."""
 
 
-def encode_event(event: Event) -> bytes:
-    data = json.dumps(event.to_dict(), separators=(",", ":"), ensure_ascii=False)
-    return f"id: {event.seq}\nevent: {event.type.value}\ndata: {data}\n\n".encode()
+def _compact(data: object) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
-def encode_heartbeat() -> bytes:
-    return f'event: heartbeat\ndata: {{"type":"heartbeat","ts":{time.time():.3f}}}\n\n'.encode()
+def event_frame(event: Event) -> ServerSentEvent:
+    return ServerSentEvent(_compact(event.to_dict()), id=str(event.seq), event=event.type.value, sep=SEPARATOR)
 
 
-async def _frames(events: AsyncIterator[Event | None]) -> AsyncIterator[bytes]:
-    yield f"retry: {RETRY_MS}\n\n".encode()
-    async for item in events:
-        yield encode_heartbeat() if item is None else encode_event(item)
+def heartbeat_frame() -> ServerSentEvent:
+    beat = {"type": EventType.HEARTBEAT.value, "ts": round(time.time(), 3)}
+    return ServerSentEvent(_compact(beat), event=EventType.HEARTBEAT.value, sep=SEPARATOR)
 
 
-def event_stream(events: AsyncIterator[Event | None]) -> StreamingResponse:
-    return StreamingResponse(_frames(events), media_type="text/event-stream", headers=SSE_HEADERS)
+async def _frames(events: AsyncIterator[Event]) -> AsyncIterator[ServerSentEvent]:
+    yield ServerSentEvent(retry=RETRY_MS, sep=SEPARATOR)
+    async for event in events:
+        yield event_frame(event)
+
+
+def event_stream(events: AsyncIterator[Event], heartbeat_seconds: float) -> EventSourceResponse:
+    return EventSourceResponse(
+        _frames(events),
+        headers=CACHE_CONTROL,
+        ping=heartbeat_seconds,
+        ping_message_factory=heartbeat_frame,
+        sep=SEPARATOR,
+    )

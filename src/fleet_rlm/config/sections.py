@@ -159,7 +159,7 @@ class ServerSettings(BaseModel):
         default=32, ge=0, description="Turns one server runs at once (0: no limit); more wait queued, in order."
     )
     sse_heartbeat_seconds: float = Field(
-        default=15.0, gt=0, le=15.0, description="Seconds between SSE heartbeats while a turn is quiet (at most 15)."
+        default=15.0, gt=0, le=15.0, description="Seconds between SSE heartbeats (at most 15)."
     )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -24,6 +24,9 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 from fleet_rlm.sandbox.base import SandboxLimits
 from fleet_rlm.sandbox.guard import SandboxGuard
@@ -405,28 +408,32 @@ def rlimits(limits: SandboxLimits, nproc: int) -> Callable[[], None]:
     return apply
 
 
+def _processes(*attrs: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each process's pid and ``attrs`` (None where access is denied), read in one go.
+
+    ``as_dict`` rather than ``process_iter(attrs)``: that stores them on Process objects shared by
+    every thread, and sandboxes start on several at once.
+    """
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            yield process.pid, process.as_dict(list(attrs))
+
+
 def user_task_count() -> int:
-    """Tasks (processes and threads) the current user runs: what RLIMIT_NPROC counts."""
-    uid, count = os.getuid(), 0
-    if not os.path.isdir("/proc"):
-        return 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            if entry.stat().st_uid == uid:
-                stat = Path(entry.path, "stat").read_text()
-                count += int(stat.rsplit(")", 1)[1].split()[17])
-    return count
+    """Tasks (processes and threads) of the current (real) user: what RLIMIT_NPROC counts."""
+    uid = os.getuid()
+    return sum(
+        info["num_threads"] or 0
+        for _, info in _processes("uids", "num_threads")
+        if info["uids"] is not None and info["uids"].real == uid
+    )
 
 
 def walk_processes_of(uid: int) -> Iterator[int]:
-    """Pids of live processes running as ``uid`` (used to verify a sandbox left nothing behind)."""
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if entry.stat().st_uid == uid:
-                    yield int(entry.name)
+    """Pids of processes running as ``uid``, zombies too (to verify a sandbox left nothing behind)."""
+    for pid, info in _processes("uids"):
+        if info["uids"] is not None and info["uids"].effective == uid:
+            yield pid
 
 
 class _UidPool:

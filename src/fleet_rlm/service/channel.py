@@ -39,9 +39,8 @@ class TurnChannel:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def follow(self, after_seq: int = 0, idle: float | None = None) -> AsyncIterator[Event | None]:
-        """Events with ``seq > after_seq``, replayed then live, ending after the terminal event.
-        Yields ``None`` whenever ``idle`` seconds pass without an event (time for a heartbeat)."""
+    async def follow(self, after_seq: int = 0) -> AsyncIterator[Event]:
+        """Events with ``seq > after_seq``, replayed then live, ending after the terminal event."""
         index = 0
         while True:
             while index < len(self.events):
@@ -51,11 +50,7 @@ class TurnChannel:
                     yield event
             if self.closed:
                 return
-            changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), timeout=idle)
-            except TimeoutError:
-                yield None
+            await self._changed.wait()
 
 
 class ChannelRegistry:

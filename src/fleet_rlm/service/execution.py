@@ -15,6 +15,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    retry_if_not_exception_type,
+    stop_after_attempt,
+    wait_chain,
+    wait_fixed,
+)
+
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.turn import HistoryEntry, Turn, TurnOutcome, TurnRequest, build_turn
 from fleet_rlm.protocol.events import Event, EventType, new_id
@@ -28,6 +38,7 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "the server shut down while the turn was running"
 TERMINAL_WAIT = 5.0
+COMMIT_WAITS = (0.1, 0.5, 2.0)
 TERMINAL_OF_STATUS = {
     "completed": EventType.TURN_COMPLETED,
     "incomplete": EventType.TURN_INCOMPLETE,
@@ -222,25 +233,34 @@ class TurnExecution:
     async def _finish_with_retries(
         self, status: str, outcome: TurnOutcome, events: list[Event], changes: FileChanges | None
     ) -> None:
-        for delay in (0.1, 0.5, 2.0, None):
-            try:
-                await self.store.finish_turn(
-                    self.turn_id,
-                    status=status,
-                    answer=outcome.answer,
-                    answer_source=outcome.answer_source,
-                    unverified_reason=outcome.unverified_reason,
-                    error=outcome.error,
-                    usage=outcome.usage,
-                    artifacts=outcome.artifacts,
-                    events=events,
-                    files=changes,
-                )
-                return
-            except Conflict:
-                raise
-            except Exception:
-                if delay is None:
-                    raise
-                log.warning("turn %s: commit failed, retrying", self.turn_id, exc_info=True)
-                await asyncio.sleep(delay)
+        await commit_retrying(self.turn_id)(
+            self.store.finish_turn,
+            self.turn_id,
+            status=status,
+            answer=outcome.answer,
+            answer_source=outcome.answer_source,
+            unverified_reason=outcome.unverified_reason,
+            error=outcome.error,
+            usage=outcome.usage,
+            artifacts=outcome.artifacts,
+            events=events,
+            files=changes,
+        )
+
+
+def commit_retrying(turn_id: str) -> AsyncRetrying:
+    """The policy of a turn's final commit: retried after each of :data:`COMMIT_WAITS` (a database
+    that blinked), then the last error is raised; a :class:`Conflict` (the turn already ended) and a
+    cancellation are final at once."""
+
+    def log_retry(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning("turn %s: commit failed, retrying", turn_id, exc_info=error)
+
+    return AsyncRetrying(
+        stop=stop_after_attempt(len(COMMIT_WAITS) + 1),
+        wait=wait_chain(*(wait_fixed(seconds) for seconds in COMMIT_WAITS)),
+        retry=retry_if_exception_type(Exception) & retry_if_not_exception_type(Conflict),
+        before_sleep=log_retry,
+        reraise=True,
+    )

@@ -316,24 +316,21 @@ class FleetService:
             raise Conflict(f"turn {turn_id} is run by another server process ({turn.runner})", code="turn_elsewhere")
         raise Conflict(f"turn {turn_id} already ended as {turn.status}", code="turn_not_active")
 
-    async def events(
-        self, turn_id: str, after_seq: int = 0, *, idle: float | None = None
-    ) -> AsyncIterator[Event | None]:
+    async def events(self, turn_id: str, after_seq: int = 0) -> AsyncIterator[Event]:
         """A turn's events after ``after_seq``: replayed, then live until the terminal event.
-        Yields ``None`` after ``idle`` seconds without an event. Raises NotFound up front."""
+        Raises NotFound up front. Keeping a quiet connection alive is the transport's job."""
         channel = self.channels.get(turn_id)
         if channel is None:
             await self.store.get_turn(turn_id)
-        return self._events(turn_id, after_seq, idle)
+        return self._events(turn_id, after_seq)
 
-    async def _events(self, turn_id: str, after_seq: int, idle: float | None) -> AsyncIterator[Event | None]:
+    async def _events(self, turn_id: str, after_seq: int) -> AsyncIterator[Event]:
         last = after_seq
-        quiet = 0.0
         while True:
             channel = self.channels.get(turn_id)
             if channel is not None:
-                async for item in channel.follow(last, idle):
-                    yield item
+                async for event in channel.follow(last):
+                    yield event
                 return
             stored = await self.store.events_after(turn_id, last, limit=500)
             for event in stored:
@@ -342,7 +339,6 @@ class FleetService:
                 if event.terminal:
                     return
             if stored:
-                quiet = 0.0
                 continue
             # Nothing stored after ``last``: finished (no terminal stored, e.g. legacy), or run
             # by another process, whose progress we can only poll.
@@ -352,10 +348,6 @@ class FleetService:
                     return
                 continue
             await asyncio.sleep(STORED_POLL_SECONDS)
-            quiet += STORED_POLL_SECONDS
-            if idle is not None and quiet >= idle:
-                quiet = 0.0
-                yield None
 
     async def wait_for_turn(self, turn_id: str) -> TurnRecord:
         """Block until the turn ends (tests and the CLI use this)."""

@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import io
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, cast
+
+from cachetools import LRUCache
 
 from fleet_rlm.workspace.tree import Readable
 from fleet_rlm.workspace.walk import WorkspaceFile
@@ -35,14 +36,13 @@ T = TypeVar("T")
 
 class DigestCache:
     """Facts about files remembered by (path, size, mtime_ns, inode): digests, and anything
-    else derived from a file's content (the manifest keeps its entries here). Thread-safe; the
-    least recently used fact goes first when full."""
+    else derived from a file's content (the manifest keeps its entries here). Thread-safe (a
+    cachetools LRU cache under a lock); the least recently used fact goes first when full."""
 
     def __init__(self, max_entries: int = 4096) -> None:
-        self.max_entries = max_entries
         self.hits = 0
         self.misses = 0
-        self._entries: OrderedDict[_Key, object] = OrderedDict()
+        self._entries: LRUCache[_Key, object] = LRUCache(maxsize=max_entries)
         self._lock = threading.Lock()
 
     def digest(self, file: WorkspaceFile) -> FileDigest:
@@ -57,18 +57,18 @@ class DigestCache:
         """
         key = (*file.identity, purpose)
         with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
+            try:
+                known = self._entries[key]  # a lookup makes it the most recently used
+            except KeyError:
+                self.misses += 1
+            else:
                 self.hits += 1
-                return cast(T, self._entries[key])
-            self.misses += 1
+                return cast(T, known)
         value = compute()
         after = file.tree.entry(file.rel)
         if after is not None and (after.size, after.mtime_ns, after.inode) == key[1:4]:
             with self._lock:
                 self._entries[key] = value
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
         return value
 
     def clear(self) -> None:

@@ -1,28 +1,27 @@
 from __future__ import annotations
 
 from pathlib import PurePosixPath
+from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, File, Request, Response
 from fastapi.responses import FileResponse
-from starlette.datastructures import UploadFile
 
 from fleet_rlm.api.deps import Service
 from fleet_rlm.api.errors import CONNECTION_CLOSE, ApiError, ErrorBody, Responses
-from fleet_rlm.api.schemas import FileList, FileOut, multipart_upload
+from fleet_rlm.api.schemas import FileList, FileOut, FileUpload
 
 router = APIRouter(tags=["files"])
 BAD_PATH: Responses = {
     400: {"model": ErrorBody, "description": "The path is absolute, has '..' or is otherwise refused"}
 }
 NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such session or file"}}
-UPLOAD_BODY = multipart_upload("file", "path", "Where to put it, relative to files/ (default: the file's name)")
 
 
 @router.post(
     "/sessions/{session}/files",
     status_code=201,
     response_model=FileOut,
-    openapi_extra=UPLOAD_BODY,
+    form_limits={"max_files": 1, "max_fields": 4},
     responses={
         **BAD_PATH,
         **NOT_FOUND,
@@ -33,18 +32,14 @@ UPLOAD_BODY = multipart_upload("file", "path", "Where to put it, relative to fil
         },
     },
 )
-async def upload_file(session: str, request: Request, service: Service) -> FileOut:
+async def upload_file(session: str, form: Annotated[FileUpload, File()], service: Service) -> FileOut:
     """Upload one file (multipart field ``file``) into the session's ``files/``; replaces a file at the same path.
-    The body is cut off at the upload limit (:mod:`fleet_rlm.api.body_limits`)."""
-    await service.get_session(session)
-    async with request.form(max_files=1, max_fields=4) as form:
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise ApiError(422, "invalid_request", "the multipart field 'file' is required")
-        destination = form.get("path") or upload.filename
-        if not isinstance(destination, str) or not destination:
-            raise ApiError(422, "invalid_request", "give the file a name or a 'path' field")
-        record, kind = await service.upload_file(session, destination, upload.file, declared_type=upload.content_type)
+    The body is cut off at the upload limit while it streams in (:mod:`fleet_rlm.api.body_limits`)."""
+    destination = form.path or form.file.filename
+    if not destination:
+        raise ApiError(422, "invalid_request", "give the file a name or a 'path' field")
+    upload = form.file
+    record, kind = await service.upload_file(session, destination, upload.file, declared_type=upload.content_type)
     return FileOut.of(record, str(kind))
 
 

@@ -4,17 +4,15 @@ import tempfile
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, File, Query, Response
 from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
-from starlette.datastructures import UploadFile
 
 from fleet_rlm.api.deps import Service
-from fleet_rlm.api.errors import CONNECTION_CLOSE, ApiError, ErrorBody, Responses
-from fleet_rlm.api.schemas import SessionCreate, SessionOut, SessionPage, SessionPatch, multipart_upload
+from fleet_rlm.api.errors import CONNECTION_CLOSE, ErrorBody, Responses
+from fleet_rlm.api.schemas import ArchiveUpload, SessionCreate, SessionOut, SessionPage, SessionPatch
 
 router = APIRouter(tags=["sessions"])
-IMPORT_BODY = multipart_upload("archive", "name", "Name for the new session (default: the archived one)")
 NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such session"}}
 
 
@@ -85,7 +83,7 @@ async def export_session(session: str, service: Service) -> FileResponse:
     "/sessions/import",
     status_code=201,
     response_model=SessionOut,
-    openapi_extra=IMPORT_BODY,
+    form_limits={"max_files": 1, "max_fields": 4},
     responses={
         400: {"model": ErrorBody, "description": "Not a valid session archive (invalid_archive)"},
         409: {"model": ErrorBody},
@@ -98,13 +96,7 @@ async def export_session(session: str, service: Service) -> FileResponse:
         422: {"model": ErrorBody, "description": "No 'archive' field, or settings in the archive this server refuses"},
     },
 )
-async def import_session(request: Request, service: Service) -> SessionOut:
+async def import_session(form: Annotated[ArchiveUpload, File()], service: Service) -> SessionOut:
     """Restore an exported archive (multipart field ``archive``) as a new session with a new id.
     The archive is read as a stream with bounded size, entries and unpacked bytes."""
-    async with request.form(max_files=1, max_fields=4) as form:
-        upload = form.get("archive")
-        if not isinstance(upload, UploadFile):
-            raise ApiError(422, "invalid_request", "the multipart field 'archive' is required")
-        name = form.get("name")
-        record = await service.import_session(upload.file, name=name if isinstance(name, str) and name else None)
-    return SessionOut.of(record)
+    return SessionOut.of(await service.import_session(form.archive.file, name=form.name or None))

@@ -4,7 +4,7 @@ import datetime as dt
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.responses import StreamingResponse
+from sse_starlette import EventSourceResponse
 
 from fleet_rlm.api.deps import Service, Tickets
 from fleet_rlm.api.errors import ApiError, ErrorBody, Responses
@@ -95,7 +95,7 @@ async def stream_ticket(turn_id: str, request: Request, service: Service, ticket
 
 @router.get(
     "/turns/{turn_id}/events",
-    response_class=StreamingResponse,
+    response_class=EventSourceResponse,
     responses={200: {"content": {"text/event-stream": {}}}, **TURN_NOT_FOUND},
 )
 async def turn_events(
@@ -106,7 +106,7 @@ async def turn_events(
     ticket: Annotated[
         str | None, Query(description="A stream ticket (POST .../events/ticket) instead of the bearer token")
     ] = None,
-) -> StreamingResponse:
+) -> EventSourceResponse:
     """Server-sent events: replay from the start (or after ``Last-Event-ID``), then live to the
     terminal event. A disconnect does not cancel the turn."""
     after_seq = after or 0
@@ -114,5 +114,5 @@ async def turn_events(
         if not last_event_id.strip().isdigit():
             raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be an event sequence number")
         after_seq = int(last_event_id)
-    events = await service.events(turn_id, after_seq, idle=service.settings.server.sse_heartbeat_seconds)
-    return event_stream(events)
+    events = await service.events(turn_id, after_seq)
+    return event_stream(events, service.settings.server.sse_heartbeat_seconds)

@@ -12,19 +12,20 @@ import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
+from typing import NoReturn
 
 import httpx
 from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
+from tenacity import RetryCallState, Retrying, retry_if_exception
 
-from fleet_rlm.api.client import ApiFailure, FleetClient
+from fleet_rlm.api.client import RECONNECT_WAIT, ApiFailure, FleetClient, StreamEnded
 from fleet_rlm.clients.cli.render import EventRenderer
 from fleet_rlm.clients.terminal.status import TurnStatus
 from fleet_rlm.protocol.events import Event
 
 RECONNECT_PATIENCE = 90.0
-MAX_BACKOFF = 2.0
 
 
 class QuitRequested(Exception):
@@ -79,31 +80,49 @@ class CancelOnInterrupt:
             self.status.cancel_error = "server unreachable"
 
 
+class LostFor:
+    """A tenacity stop: give up once the stream has been lost for ``seconds`` (counted from the
+    first failed attempt, so a long quiet stream before the loss does not count)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._since = 0.0
+
+    def __call__(self, state: RetryCallState) -> bool:
+        now = state.outcome_timestamp or time.monotonic()
+        if state.attempt_number == 1:
+            self._since = now
+        return now - self._since > self.seconds
+
+
+def _worth_retrying(exc: BaseException) -> bool:
+    """A dropped connection, a stream that ended early, or the server's own failure (5xx)."""
+    if isinstance(exc, httpx.TransportError | StreamEnded):
+        return True
+    return isinstance(exc, ApiFailure) and exc.status >= 500
+
+
 def resilient_events(client: FleetClient, turn_id: str, status: TurnStatus, after: int = 0) -> Iterator[Event]:
     """Every event after ``after`` to the terminal one, reconnecting from the last seq seen."""
     last = after
-    lost_since: float | None = None
-    attempts = 0
-    while True:
-        try:
-            for event in client.events(turn_id, after=last):
-                last = event.seq
-                if lost_since is not None:
-                    lost_since, attempts, status.note = None, 0, ""
-                yield event
-                if event.terminal:
-                    return
-        except httpx.TransportError:
-            pass
-        except ApiFailure as exc:
-            if exc.status < 500:
-                raise
-        lost_since = lost_since or time.monotonic()
-        if time.monotonic() - lost_since > RECONNECT_PATIENCE:
-            raise StreamLost(f"lost the event stream of {turn_id} for {RECONNECT_PATIENCE:.0f}s")
-        attempts += 1
-        status.note = f"reconnecting (attempt {attempts}, from event {last})"
-        time.sleep(min(0.2 * attempts, MAX_BACKOFF))
+
+    def note_attempt(state: RetryCallState) -> None:
+        status.note = f"reconnecting (attempt {state.attempt_number}, from event {last})"
+
+    def give_up(state: RetryCallState) -> NoReturn:
+        lost = state.outcome.exception() if state.outcome is not None else None
+        raise StreamLost(f"lost the event stream of {turn_id} for {RECONNECT_PATIENCE:.0f}s") from lost
+
+    policy = Retrying(
+        stop=LostFor(RECONNECT_PATIENCE),
+        wait=RECONNECT_WAIT,
+        retry=retry_if_exception(_worth_retrying),
+        before_sleep=note_attempt,
+        retry_error_callback=give_up,
+    )
+    for event in client.follow(turn_id, after=after, retrying=policy):
+        last, status.note = event.seq, ""
+        yield event
 
 
 def follow_turn(client: FleetClient, console: Console, turn_id: str, after: int = 0) -> Event | None:
