@@ -20,9 +20,10 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from fleet_rlm.protocol.routes import Mode
+
 APP_NAME = "fleet"
 CONFIG_FILE = "fleet.toml"
-Mode = Literal["hybrid", "rlm", "flex", "direct"]
 
 
 def _is_ip(text: str) -> bool:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from dspy.primitives.code_interpreter import CodeExecutionError
 
 from fleet_rlm.config import Settings
+from fleet_rlm.protocol.payloads import OutputStream
 from fleet_rlm.sandbox.volume import Volume, plain_volume
 
 
@@ -49,7 +50,7 @@ class SandboxLimits:
 class SandboxObserver(Protocol):
     """Receives what happens inside a sandbox while code runs (called from host threads)."""
 
-    def output(self, stream: str, text: str) -> None:
+    def output(self, stream: OutputStream, text: str) -> None:
         """A chunk of stdout/stderr ("stdout" or "stderr"), as it is written."""
 
     def tool_started(self, call_id: str, name: str, arguments: str) -> None:

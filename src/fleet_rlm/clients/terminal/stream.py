@@ -20,7 +20,7 @@ from rich.text import Text
 
 from fleet_rlm.api.client import ApiFailure, FleetClient
 from fleet_rlm.clients.cli.render import EventRenderer
-from fleet_rlm.clients.terminal.status import TurnStatus
+from fleet_rlm.clients.terminal.status import StatusLine
 from fleet_rlm.protocol.events import Event
 
 RECONNECT_PATIENCE = 90.0
@@ -38,7 +38,7 @@ class StreamLost(RuntimeError):
 class Footer:
     """Shown by ``Live`` under the printed lines: the unfinished streamed line, then the status."""
 
-    def __init__(self, renderer: EventRenderer, status: TurnStatus) -> None:
+    def __init__(self, renderer: EventRenderer, status: StatusLine) -> None:
         self.renderer = renderer
         self.status = status
 
@@ -54,7 +54,7 @@ class Footer:
 class CancelOnInterrupt:
     """SIGINT handler for the time a turn streams: cancel first, quit on the second press."""
 
-    def __init__(self, client: FleetClient, turn_id: str, status: TurnStatus) -> None:
+    def __init__(self, client: FleetClient, turn_id: str, status: StatusLine) -> None:
         self.client = client
         self.turn_id = turn_id
         self.status = status
@@ -79,7 +79,7 @@ class CancelOnInterrupt:
             self.status.cancel_error = "server unreachable"
 
 
-def resilient_events(client: FleetClient, turn_id: str, status: TurnStatus, after: int = 0) -> Iterator[Event]:
+def resilient_events(client: FleetClient, turn_id: str, status: StatusLine, after: int = 0) -> Iterator[Event]:
     """Every event after ``after`` to the terminal one, reconnecting from the last seq seen."""
     last = after
     lost_since: float | None = None
@@ -109,7 +109,7 @@ def resilient_events(client: FleetClient, turn_id: str, status: TurnStatus, afte
 def follow_turn(client: FleetClient, console: Console, turn_id: str, after: int = 0) -> Event | None:
     """Render the turn live to its end; returns its terminal event (None if the stream had none)."""
     renderer = EventRenderer(console, line_buffered=True)
-    status = TurnStatus()
+    status = StatusLine()
     interrupt = CancelOnInterrupt(client, turn_id, status)
     previous = signal.signal(signal.SIGINT, interrupt)
     terminal: Event | None = None
