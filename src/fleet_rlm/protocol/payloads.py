@@ -23,6 +23,22 @@ def _absent(value: Any) -> bool:
     return value is None
 
 
+def _one_number(schema: dict[str, Any]) -> None:
+    """``int | float`` keeps an integer limit an integer on the wire; to JSON Schema both are a number."""
+    schema.pop("anyOf", None)
+    schema["type"] = "number"
+
+
+def _never_null(schema: dict[str, Any]) -> None:
+    """A field left out when None is only optional on the wire, never null: say so in its schema."""
+    schema.pop("default", None)
+    options = [option for option in schema.pop("anyOf", []) if option != {"type": "null"}]
+    if len(options) == 1:
+        schema.update(options[0])
+    else:
+        schema["anyOf"] = options
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -58,19 +74,19 @@ class Usage(_Model):
 
     route: Route | None = Field(description="the route that ran; null when the turn ended before one was chosen")
     model_calls: int = Field(description="root, sub-model and child agents, one counter")
-    root_calls: int
-    sub_calls: int
-    child_calls: int
+    root_calls: int = Field(description="calls of the root model")
+    sub_calls: int = Field(description="calls of the sub-model: `llm_query`, triage")
+    child_calls: int = Field(description="calls made by child agents")
     children: int = Field(description="child agents started")
     input_tokens: int = Field(description="as reported by the endpoint")
     output_tokens: int = Field(description="as reported by the endpoint")
-    iterations: int
+    iterations: int = Field(description="iterations of the turn's own loop")
     sandbox_errors: int = Field(description="executions that raised")
     duration: float = Field(description="seconds")
 
 
 class NoUsage(_Model):
-    """``{}``: the turn ended before it ran (cancelled while queued, or a server error)."""
+    """`{}`: the turn ended before it ran (cancelled while queued, or a server error)."""
 
 
 class ChildUsage(_Model):
@@ -125,14 +141,14 @@ class ReasoningDelta(Payload):
     event_type = EventType.REASONING_DELTA
     span = "iteration"
 
-    text: str = Field(description="a piece of the model's reasoning as it is written (streaming endpoints)")
+    text: str = Field(description="a piece of the model's reasoning as it is written, from streaming endpoints")
 
 
 class CodeDelta(Payload):
     event_type = EventType.CODE_DELTA
     span = "iteration"
 
-    text: str = Field(description="a piece of the code as it is written (streaming endpoints)")
+    text: str = Field(description="a piece of the code as it is written, from streaming endpoints")
 
 
 class Reasoning(Payload):
@@ -227,8 +243,13 @@ class BudgetExhausted(Payload):
     span = "root"
 
     budget: BudgetKind
-    limit: int | float
-    used: int | None = Field(default=None, exclude_if=_absent, description="iterations run; only with `iterations`")
+    limit: int | float = Field(json_schema_extra=_one_number)
+    used: int | None = Field(
+        default=None,
+        exclude_if=_absent,
+        json_schema_extra=_never_null,
+        description="iterations run; only with `iterations`",
+    )
 
 
 class TurnWarning(Payload):
@@ -279,9 +300,12 @@ class TurnInterrupted(Payload):
     event_type = EventType.TURN_INTERRUPTED
     span = "root"
 
-    reason: str = Field(description="the process running the turn died (set at start-up) or shut down")
+    reason: str = Field(description="the process running the turn died, found at start-up; or the server shut down")
     usage: Usage | NoUsage | None = Field(
-        default=None, exclude_if=_absent, description="only when the server shut down while the turn ran"
+        default=None,
+        exclude_if=_absent,
+        json_schema_extra=_never_null,
+        description="only when the server shut down while the turn ran",
     )
 
 

@@ -24,7 +24,7 @@ _OPTIONAL_STR: Any = str | None
 
 
 class HeartbeatEvent(BaseModel):
-    """Sent by servers on a quiet stream (no ``id:``, so it never moves ``Last-Event-ID``); never stored."""
+    """Sent by servers on a quiet stream (without `id:`, so it never moves `Last-Event-ID`); never stored"""
 
     model_config = _STRICT
 
