@@ -6,7 +6,7 @@ import json
 
 from fleet_rlm.api.openapi import openapi_document
 from fleet_rlm.protocol import docs, schema
-from fleet_rlm.protocol.events import EventType
+from fleet_rlm.protocol.events import SCHEMA_VERSION, EventType
 
 
 def test_committed_event_schema_matches_the_code() -> None:
@@ -22,9 +22,10 @@ def test_committed_events_doc_matches_the_code() -> None:
     )
 
 
-def test_the_events_doc_names_every_event_type() -> None:
+def test_the_events_doc_names_every_event_type_and_the_schema_version() -> None:
     text = docs.DOCUMENT.read_text(encoding="utf-8")
     assert all(f"| `{kind.value}` |" in text for kind in EventType)
+    assert f"(currently `{SCHEMA_VERSION}`)" in text
 
 
 def test_the_openapi_document_publishes_every_event_and_the_stream_refers_to_them() -> None:
