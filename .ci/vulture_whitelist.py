@@ -78,3 +78,10 @@ _.log_path
 pytestmark
 pytest_collection_finish
 pytest_terminal_summary
+
+# protocol.payloads: event fields written to the wire by pydantic (the turn's usage is built from a
+# dict of counters; the schema version is set through its wire alias "schema").
+_.root_calls
+_.sub_calls
+_.child_calls
+_.schema_version

@@ -41,6 +41,9 @@ async def test_export_then_import_restores_history_events_and_files_under_new_id
     [new_turn] = await service.list_turns("copy")
     assert new_turn.id != turn_id
     assert (new_turn.message, new_turn.answer, new_turn.status) == ("make things", "made it", "completed")
+    # Everything a turn says about itself survives, how its answer was reached included.
+    kept = {k: v for k, v in vars(old_turn).items() if k not in ("id", "session_id", "idempotency_key", "runner")}
+    assert {k: getattr(new_turn, k) for k in kept} == kept and new_turn.answer_source == "submitted"
     old_events = await service.store.events_after(old_turn.id)
     new_events = await service.store.events_after(new_turn.id)
     assert [{**e.to_dict(), "turn_id": ""} for e in new_events] == [{**e.to_dict(), "turn_id": ""} for e in old_events]

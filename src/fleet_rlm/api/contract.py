@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from fleet_rlm.api.errors import CONNECTION_CLOSE
+from fleet_rlm.api.event_schemas import add_event_schemas
 
 ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
 STATE_CHANGING = frozenset({"post", "put", "patch", "delete"})
@@ -71,7 +72,7 @@ def install(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            add_shared_rules(generate())
+            add_event_schemas(add_shared_rules(generate()))
         assert app.openapi_schema is not None
         return app.openapi_schema
 

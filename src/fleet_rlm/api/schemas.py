@@ -8,11 +8,9 @@ from typing import Any, Literal
 from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleet_rlm.config import Mode
+from fleet_rlm.protocol.routes import Mode
+from fleet_rlm.protocol.status import AnswerSource, TurnStatus
 from fleet_rlm.store import FileRecord, SessionRecord, TurnRecord
-
-TurnStatus = Literal["queued", "running", "completed", "incomplete", "failed", "cancelled", "interrupted"]
-AnswerSource = Literal["submitted", "extracted", "direct", "module"]
 
 
 class _Strict(BaseModel):
@@ -33,7 +31,13 @@ class SessionPatch(_Strict):
     settings: dict[str, Any] | None = None
 
 
-class SessionOut(BaseModel):
+class _FromRecord(BaseModel):
+    """A response body read from a store record's attributes (same names)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class SessionOut(_FromRecord):
     id: str
     name: str | None
     title: str | None
@@ -44,7 +48,7 @@ class SessionOut(BaseModel):
 
     @classmethod
     def of(cls, record: SessionRecord) -> SessionOut:
-        return cls(**record.__dict__)
+        return cls.model_validate(record)
 
 
 class SessionPage(BaseModel):
@@ -52,7 +56,7 @@ class SessionPage(BaseModel):
     next_offset: int | None = Field(None, description="Pass as ?offset= for the next page; null at the end.")
 
 
-class FileOut(BaseModel):
+class FileOut(_FromRecord):
     path: str = Field(description="Relative to the workspace: files/..., artifacts/... or memory/...")
     size: int
     sha256: str
@@ -64,16 +68,7 @@ class FileOut(BaseModel):
 
     @classmethod
     def of(cls, record: FileRecord, kind: str) -> FileOut:
-        return cls(
-            path=record.path,
-            size=record.size,
-            sha256=record.sha256,
-            kind=kind,
-            media_type=record.media_type,
-            origin=record.origin,  # type: ignore[arg-type]
-            turn_id=record.turn_id,
-            updated_at=record.updated_at,
-        )
+        return cls.model_validate({**vars(record), "kind": kind})
 
 
 class FileList(BaseModel):
@@ -89,7 +84,7 @@ class TurnCreate(_Strict):
     turn_timeout: float | None = Field(None, gt=0)
 
 
-class TurnOut(BaseModel):
+class TurnOut(_FromRecord):
     id: str
     session_id: str
     position: int
@@ -112,25 +107,7 @@ class TurnOut(BaseModel):
 
     @classmethod
     def of(cls, record: TurnRecord) -> TurnOut:
-        return cls(
-            id=record.id,
-            session_id=record.session_id,
-            position=record.position,
-            message=record.message,
-            context_paths=record.context_paths,
-            options=record.options,
-            status=record.status,  # type: ignore[arg-type]
-            answer=record.answer,
-            answer_source=record.answer_source,  # type: ignore[arg-type]
-            unverified=record.unverified_reason is not None,
-            unverified_reason=record.unverified_reason,
-            error=record.error,
-            usage=record.usage,
-            artifacts=record.artifacts,
-            created_at=record.created_at,
-            started_at=record.started_at,
-            finished_at=record.finished_at,
-        )
+        return cls.model_validate(record)
 
 
 class TurnPage(BaseModel):

@@ -13,7 +13,6 @@ from fleet_rlm.config.sections import (
 from fleet_rlm.config.settings import (
     APP_NAME,
     CONFIG_FILE,
-    Mode,
     Settings,
     config_files,
     load_settings,
@@ -29,7 +28,6 @@ __all__ = [
     "Ceilings",
     "ConfigError",
     "LMSettings",
-    "Mode",
     "ModelNotConfigured",
     "SandboxSettings",
     "ServerSettings",

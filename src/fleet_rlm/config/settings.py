@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import platformdirs
 from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
@@ -35,10 +35,10 @@ from fleet_rlm.config.sources import (
     FleetTomlSource,
     written_as,
 )
+from fleet_rlm.protocol.routes import Mode
 
 APP_NAME = "fleet"
 CONFIG_FILE = "fleet.toml"
-Mode = Literal["hybrid", "rlm", "flex", "direct"]
 
 
 def user_config_dir() -> Path:

@@ -7,12 +7,13 @@ import time
 from dataclasses import dataclass, field
 
 from fleet_rlm.engine.usage import TurnUsage
+from fleet_rlm.protocol.payloads import BudgetKind
 
 
 class BudgetExceeded(RuntimeError):
-    """A turn limit was hit; ``kind`` names the limit (model_calls, tokens, deadline, iterations)."""
+    """A turn limit was hit; ``kind`` names the limit (model_calls, tokens, cost, children, deadline)."""
 
-    def __init__(self, kind: str, limit: float, message: str) -> None:
+    def __init__(self, kind: BudgetKind, limit: float, message: str) -> None:
         super().__init__(message)
         self.kind = kind
         self.limit = limit

@@ -30,7 +30,8 @@ from fleet_rlm.engine.lm import MeteredLM, program_context
 from fleet_rlm.engine.observe import RLMCallbacks, TurnObserver, TurnTrace, observed_sandboxes
 from fleet_rlm.engine.program import build_rlm
 from fleet_rlm.engine.usage import TurnUsage
-from fleet_rlm.protocol.events import EventType, new_id
+from fleet_rlm.protocol.events import new_id
+from fleet_rlm.protocol.payloads import ChildFinished, ChildStarted, ChildUsage, TurnWarning
 from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxSpec
 from fleet_rlm.workspace.hashing import HashingReader
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, Workspace
@@ -75,7 +76,10 @@ class Delegation:
             ('completed', 'incomplete', 'failed', 'timeout', 'cancelled', 'refused'), answer, unverified (True when
             the child ran out of iterations and its answer was extracted, not checked by code), error, artifacts
             (paths in your workspace under artifacts/children/<child_id>/) and child_id."""
-            return self.run_child(task, files or [], context, depth=depth + 1, parent=parent, workspace=workspace)
+            task, files, context, error = _spec({"task": task, "files": files or [], "context": context})
+            if error is not None:
+                return _result("", "refused", error=error)
+            return self.run_child(task, files, context, depth=depth + 1, parent=parent, workspace=workspace)
 
         def spawn_agents(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
             """Run several child agents concurrently; each item is {'task': ..., 'files': [...], 'context': ...}.
@@ -168,10 +172,7 @@ class ChildRun:
 
     def run(self) -> dict[str, Any]:
         started = time.monotonic()
-        self.trace.emit(
-            EventType.CHILD_STARTED,
-            {"child_id": self.child_id, "depth": self.depth, "task": self.task, "files": self.files},
-        )
+        self.trace.emit(ChildStarted(child_id=self.child_id, depth=self.depth, task=self.task, files=self.files))
         volume = self.delegation.backend.workspace_volume(
             self.delegation.scratch_root / self.child_id,
             SandboxLimits.from_settings(self.delegation.settings.sandbox, self.delegation.settings.budget),
@@ -183,19 +184,19 @@ class ChildRun:
                 sandbox.interrupt()
             volume.release()
         result["duration"] = round(time.monotonic() - started, 3)
-        result["usage"] = self._usage()
+        usage = self._usage()
+        result["usage"] = usage.model_dump()
         self.trace.emit(
-            EventType.CHILD_FINISHED,
-            {
-                "child_id": self.child_id,
-                "depth": self.depth,
-                "task": self.task,
-                "duration": result["duration"],
-                "outcome": result["status"],
-                "error": result["error"],
-                "usage": result["usage"],
-                "artifacts": result["artifacts"],
-            },
+            ChildFinished(
+                child_id=self.child_id,
+                depth=self.depth,
+                task=self.task,
+                duration=result["duration"],
+                outcome=result["status"],
+                error=result["error"],
+                usage=usage,
+                artifacts=result["artifacts"],
+            )
         )
         return result
 
@@ -324,20 +325,20 @@ class ChildRun:
             if provenance:
                 target.write(f"{base}/provenance.json", json.dumps(provenance, indent=2).encode())
         except OSError as exc:
-            self.trace.emit(EventType.WARNING, {"message": f"the child's artifacts were not promoted: {_reason(exc)}"})
+            self.trace.emit(TurnWarning(message=f"the child's artifacts were not promoted: {_reason(exc)}"))
             return [], []
         finally:
             self.trace.warn_skipped(source)
         return promoted, provenance
 
-    def _usage(self) -> dict[str, Any]:
+    def _usage(self) -> ChildUsage:
         calls = self.delegation.budget.calls
-        return {
-            "model_calls": calls.get(f"child:{self.child_id}", 0) + calls.get(f"child-sub:{self.child_id}", 0),
-            "input_tokens": self.usage.input_tokens,
-            "output_tokens": self.usage.output_tokens,
-            "iterations": self.trace.iteration,
-        }
+        return ChildUsage(
+            model_calls=calls.get(f"child:{self.child_id}", 0) + calls.get(f"child-sub:{self.child_id}", 0),
+            input_tokens=self.usage.input_tokens,
+            output_tokens=self.usage.output_tokens,
+            iterations=self.trace.iteration,
+        )
 
 
 def _reason(exc: BaseException) -> str:

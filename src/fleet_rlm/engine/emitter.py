@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from typing import Any
 
-from fleet_rlm.protocol.events import TERMINAL_TYPES, Event, EventSink, EventType, new_id
+from fleet_rlm.protocol.events import TERMINAL_TYPES, Event, EventSink, new_id
+from fleet_rlm.protocol.payloads import Payload
 
 
 class EventEmitter:
@@ -29,14 +29,10 @@ class EventEmitter:
     def closed(self) -> bool:
         return self._closed
 
-    def emit(
-        self,
-        type: EventType,
-        data: dict[str, Any] | None = None,
-        *,
-        span_id: str | None = None,
-        parent_span_id: str | None = None,
-    ) -> Event | None:
+    def emit(self, payload: Payload, *, span_id: str | None = None, parent_span_id: str | None = None) -> Event | None:
+        """Emit the event ``payload`` is the data of (its class names the type)."""
+        type = payload.event_type
+        data = payload.to_data()
         with self._lock:
             if self._closed:
                 return None
@@ -50,7 +46,7 @@ class EventEmitter:
                 ts=time.time(),
                 span_id=span_id or self.root_span,
                 parent_span_id=None if is_root else (parent_span_id or self.root_span),
-                data=data or {},
+                data=data,
             )
             for sink in self._sinks:
                 sink(event)

@@ -19,7 +19,20 @@ from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.dspy_compat import strip_code_fences
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import LoopGuard
-from fleet_rlm.protocol.events import EventType, new_id
+from fleet_rlm.protocol.events import new_id
+from fleet_rlm.protocol.payloads import (
+    BudgetExhausted,
+    Code,
+    ExecutionFailed,
+    IterationStarted,
+    Output,
+    OutputStream,
+    Payload,
+    Reasoning,
+    ToolFinished,
+    ToolStarted,
+    TurnWarning,
+)
 from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, Sandbox, SandboxBackend, SandboxFactory, SandboxSpec
 from fleet_rlm.workspace.tree import SafeTree
 
@@ -58,28 +71,27 @@ class TurnTrace:
         self.lock = threading.Lock()
         self._skipped_told: set[str] = set()
 
-    def emit(self, type: EventType, data: dict[str, Any]) -> None:
+    def emit(self, payload: Payload) -> None:
         """An event about this loop as a whole (its root span)."""
         if self.root_span == self.emitter.root_span:
-            self.emitter.emit(type, data)
+            self.emitter.emit(payload)
         else:
-            self.emitter.emit(type, data, span_id=self.root_span, parent_span_id=self.parent_span)
+            self.emitter.emit(payload, span_id=self.root_span, parent_span_id=self.parent_span)
 
-    def emit_in_iteration(self, type: EventType, data: dict[str, Any], *, span_id: str | None = None) -> None:
+    def emit_in_iteration(self, payload: Payload, *, span_id: str | None = None) -> None:
         if span_id is None:
-            self.emitter.emit(type, data, span_id=self.iteration_span, parent_span_id=self.root_span)
+            self.emitter.emit(payload, span_id=self.iteration_span, parent_span_id=self.root_span)
         else:
-            self.emitter.emit(type, data, span_id=span_id, parent_span_id=self.iteration_span)
+            self.emitter.emit(payload, span_id=span_id, parent_span_id=self.iteration_span)
 
     def mark_extracted(self) -> None:
         """The extract step is about to answer from the work so far: say so, the answer is unverified."""
         self.extracted = True
         self.emit(
-            EventType.WARNING,
-            {
-                "message": f"iteration budget of {self.max_iterations} reached: the answer is extracted from the "
+            TurnWarning(
+                message=f"iteration budget of {self.max_iterations} reached: the answer is extracted from the "
                 "work so far and was not checked by running code (unverified)"
-            },
+            )
         )
 
     def warn_skipped(self, tree: SafeTree, *, in_iteration: bool = False) -> None:
@@ -90,9 +102,9 @@ class TurnTrace:
             self._skipped_told.add(item.rel)
             message = f"{item.rel} is {item.what}: skipped (the host never follows links or opens special files)"
             if in_iteration:
-                self.emit_in_iteration(EventType.WARNING, {"message": message})
+                self.emit_in_iteration(TurnWarning(message=message))
             else:
-                self.emit(EventType.WARNING, {"message": message})
+                self.emit(TurnWarning(message=message))
 
 
 class RLMCallbacks(BaseCallback):  # type: ignore[misc]
@@ -112,16 +124,12 @@ class RLMCallbacks(BaseCallback):  # type: ignore[misc]
                 trace.iteration += 1
                 trace.iteration_span = new_id("span")
             trace.emitter.emit(
-                EventType.ITERATION_STARTED,
-                {"iteration": trace.iteration, "max_iterations": trace.max_iterations},
+                IterationStarted(iteration=trace.iteration, max_iterations=trace.max_iterations),
                 span_id=trace.iteration_span,
                 parent_span_id=trace.root_span,
             )
         elif instance is self.extract:
-            trace.emit(
-                EventType.BUDGET_EXHAUSTED,
-                {"budget": "iterations", "limit": trace.max_iterations, "used": trace.iteration},
-            )
+            trace.emit(BudgetExhausted(budget="iterations", limit=trace.max_iterations, used=trace.iteration))
 
     def on_module_end(self, call_id: str, outputs: Any | None, exception: Exception | None = None) -> None:
         if call_id not in self._action_calls or outputs is None:
@@ -130,9 +138,9 @@ class RLMCallbacks(BaseCallback):  # type: ignore[misc]
         reasoning = getattr(outputs, "reasoning", None)
         code = getattr(outputs, "code", None)
         if reasoning:
-            self.trace.emit_in_iteration(EventType.REASONING, {"text": str(reasoning)})
+            self.trace.emit_in_iteration(Reasoning(text=str(reasoning)))
         if code is not None:
-            self.trace.emit_in_iteration(EventType.CODE, {"code": _runnable(str(code))})
+            self.trace.emit_in_iteration(Code(code=_runnable(str(code))))
 
 
 class TurnObserver:
@@ -141,25 +149,22 @@ class TurnObserver:
     def __init__(self, trace: TurnTrace) -> None:
         self.trace = trace
 
-    def output(self, stream: str, text: str) -> None:
-        self.trace.emit_in_iteration(EventType.OUTPUT, {"stream": stream, "text": text})
+    def output(self, stream: OutputStream, text: str) -> None:
+        self.trace.emit_in_iteration(Output(stream=stream, text=text))
 
     def tool_started(self, call_id: str, name: str, arguments: str) -> None:
         self.trace.emit_in_iteration(
-            EventType.TOOL_STARTED,
-            {"call_id": call_id, "name": name, "arguments": arguments[:PREVIEW_CHARS]},
-            span_id=f"span_{call_id}",
+            ToolStarted(call_id=call_id, name=name, arguments=arguments[:PREVIEW_CHARS]), span_id=f"span_{call_id}"
         )
 
     def tool_finished(self, call_id: str, name: str, duration: float, error: str | None) -> None:
         self.trace.emit_in_iteration(
-            EventType.TOOL_FINISHED,
-            {"call_id": call_id, "name": name, "duration": round(duration, 4), "error": error},
+            ToolFinished(call_id=call_id, name=name, duration=round(duration, 4), error=error),
             span_id=f"span_{call_id}",
         )
 
     def warning(self, message: str) -> None:
-        self.trace.emit_in_iteration(EventType.WARNING, {"message": message})
+        self.trace.emit_in_iteration(TurnWarning(message=message))
 
 
 class ObservedSandbox:
@@ -205,9 +210,9 @@ class ObservedSandbox:
             with trace.lock:
                 trace.sandbox_errors += 1
             failure = describe_failure(exc)
-            trace.emit_in_iteration(EventType.EXECUTION_FAILED, failure)
+            trace.emit_in_iteration(failure)
             if own_code:
-                advice = trace.guard.advice(trace.guard.failure(code, failure["error_type"], failure["message"]))
+                advice = trace.guard.advice(trace.guard.failure(code, failure.error_type, failure.message))
                 if advice is not None:
                     raise CodeExecutionError(f"{exc}\n\n{advice}") from exc
             raise
@@ -245,20 +250,17 @@ def observed_sandboxes(
     return SandboxFactory(backend, spec, admit=admit, on_create=on_create, wrap=observed)
 
 
-def describe_failure(exc: BaseException) -> dict[str, Any]:
+def describe_failure(exc: BaseException) -> ExecutionFailed:
     """The ``execution.failed`` event's data: what failed, where, and the traceback the model saw."""
     if isinstance(exc, CodeFailed):
-        return {
-            "error_type": exc.error_type,
-            "message": exc.message,
-            "line": exc.line,
-            "traceback": _trimmed(exc.traceback),
-        }
+        return ExecutionFailed(
+            error_type=exc.error_type, message=exc.message, line=exc.line, traceback=_trimmed(exc.traceback)
+        )
     if isinstance(exc, SyntaxError):
         line = exc.line if isinstance(exc, CodeSyntaxError) else exc.lineno
-        return {"error_type": "SyntaxError", "message": exc.msg or str(exc), "line": line, "traceback": ""}
+        return ExecutionFailed(error_type="SyntaxError", message=exc.msg or str(exc), line=line, traceback="")
     lines = [line for line in str(exc).splitlines() if line.strip()]
-    return {"error_type": type(exc).__name__, "message": lines[-1] if lines else "", "line": None, "traceback": ""}
+    return ExecutionFailed(error_type=type(exc).__name__, message=lines[-1] if lines else "", line=None, traceback="")
 
 
 def _trimmed(text: str) -> str:

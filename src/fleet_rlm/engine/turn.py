@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import dspy
 from dspy.primitives import CodeInterpreterError
@@ -30,7 +30,21 @@ from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.select import RouteRefused, run_route, select_route
 from fleet_rlm.engine.observe import TurnObserver, TurnTrace, observed_sandboxes
 from fleet_rlm.engine.program import render_history
-from fleet_rlm.protocol.events import SCHEMA_VERSION, EventSink, EventType, new_id
+from fleet_rlm.protocol.events import SCHEMA_VERSION, EventSink, new_id
+from fleet_rlm.protocol.payloads import (
+    ArtifactCreated,
+    ArtifactRecord,
+    BudgetExhausted,
+    Payload,
+    SandboxInfo,
+    TurnLimits,
+    TurnStarted,
+    TurnWarning,
+    Usage,
+    terminal_payload,
+)
+from fleet_rlm.protocol.routes import Route
+from fleet_rlm.protocol.status import AnswerSource, TurnStatus
 from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxFactory, SandboxLimits, SandboxSpec
 from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.sandbox.volume import remove_volume_directory
@@ -41,11 +55,6 @@ from fleet_rlm.workspace.snapshot import changed_between, snapshot
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 from fleet_rlm.workspace.walk import stat_file
 
-TurnStatus = Literal["completed", "incomplete", "failed", "cancelled"]
-AnswerSource = Literal["submitted", "extracted", "direct", "module"]
-"""How a completed turn's answer was reached: the model called SUBMIT (rlm); the iteration budget ran
-out and it was extracted from the work so far (rlm, unverified); the model answered without code
-(direct); the flex module returned it (flex)."""
 ROUTE_ANSWER_SOURCE: dict[str, AnswerSource] = {"direct": "direct", "flex": "module"}
 
 
@@ -71,11 +80,12 @@ class TurnRequest:
 @dataclass
 class TurnOutcome:
     status: TurnStatus
+    """A final status: completed, incomplete, failed or cancelled (the service adds interrupted)."""
     answer: str | None = None
     error: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     artifacts: list[dict[str, Any]] = field(default_factory=list)
-    route: str | None = None
+    route: Route | None = None
     """The route that ran (direct, flex, rlm); None when the turn ended before one was chosen."""
     answer_source: AnswerSource | None = None
     unverified_reason: str | None = None
@@ -84,6 +94,19 @@ class TurnOutcome:
     @property
     def unverified(self) -> bool:
         return self.unverified_reason is not None
+
+    def terminal_payload(self) -> Payload:
+        """The data of the event that ends a turn with this outcome."""
+        return terminal_payload(
+            self.status,
+            answer=self.answer,
+            answer_source=self.answer_source,
+            unverified=self.unverified,
+            unverified_reason=self.unverified_reason,
+            reason=self.error,
+            usage=self.usage,
+            artifacts=self.artifacts,
+        )
 
 
 class Turn:
@@ -101,7 +124,7 @@ class Turn:
         self.max_iterations = request.max_iterations or budget.max_iterations
         self.turn_timeout = request.turn_timeout or budget.turn_timeout
         self.mode: str = request.mode or settings.mode
-        self.route: str | None = None
+        self.route: Route | None = None
         self.budget = TurnBudget(
             max_model_calls=request.max_model_calls or budget.max_model_calls,
             deadline=time.monotonic() + self.turn_timeout,
@@ -142,25 +165,25 @@ class Turn:
         if self._stop.is_set():
             self._stopped.set()
         self.emitter.emit(
-            EventType.TURN_STARTED,
-            {
-                "schema": SCHEMA_VERSION,
-                "task": self.request.task,
-                "context_paths": self.request.context_paths,
-                "mode": self.mode,
-                "sandbox": {"backend": self.backend.name, "isolated": self.backend.isolated},
-                "budget": {
-                    "max_iterations": self.max_iterations,
-                    "max_model_calls": self.budget.max_model_calls,
-                    "turn_timeout": self.turn_timeout,
-                    "execution_timeout": self.settings.budget.execution_timeout,
-                },
-            },
+            TurnStarted(
+                schema=SCHEMA_VERSION,
+                task=self.request.task,
+                context_paths=self.request.context_paths,
+                mode=self.mode,
+                sandbox=SandboxInfo(backend=self.backend.name, isolated=self.backend.isolated),
+                budget=TurnLimits(
+                    max_iterations=self.max_iterations,
+                    max_model_calls=self.budget.max_model_calls,
+                    turn_timeout=self.turn_timeout,
+                    execution_timeout=self.settings.budget.execution_timeout,
+                ),
+            )
         )
         if not self.backend.isolated:
             self.emitter.emit(
-                EventType.WARNING,
-                {"message": "the sandbox is NOT isolated (sandbox_allow_unisolated is on): code runs with host access"},
+                TurnWarning(
+                    message="the sandbox is NOT isolated (sandbox_allow_unisolated is on): code runs with host access"
+                )
             )
         done: asyncio.Future[TurnOutcome] = self._loop.create_future()
         worker = threading.Thread(target=self._work, args=(done,), name=f"turn-{self.turn_id}", daemon=True)
@@ -173,19 +196,19 @@ class Turn:
             )
         except asyncio.CancelledError:
             self.cancel()
-            self._finish(TurnOutcome(status="cancelled", error="the turn was cancelled"))
+            self._finish(TurnOutcome(status=TurnStatus.CANCELLED, error="the turn was cancelled"))
             raise
         finally:
             stopped.cancel()
         if done in finished:
             outcome = done.result()
         elif stopped in finished:
-            outcome = TurnOutcome(status="cancelled", error="the turn was cancelled")
+            outcome = TurnOutcome(status=TurnStatus.CANCELLED, error="the turn was cancelled")
         else:
             self.budget.cancelled = True
             self._kill_sandboxes()
-            self.emitter.emit(EventType.BUDGET_EXHAUSTED, {"budget": "deadline", "limit": self.turn_timeout})
-            outcome = TurnOutcome(status="failed", error=f"turn deadline of {self.turn_timeout:g}s exceeded")
+            self.emitter.emit(BudgetExhausted(budget="deadline", limit=self.turn_timeout))
+            outcome = TurnOutcome(status=TurnStatus.FAILED, error=f"turn deadline of {self.turn_timeout:g}s exceeded")
         return self._finish(outcome)
 
     def _work(self, done: asyncio.Future[TurnOutcome]) -> None:
@@ -219,13 +242,17 @@ class Turn:
         try:
             choice = select_route(ctx, self.mode)
         except RouteRefused as exc:
-            return TurnOutcome(status="failed", error=str(exc))
+            return TurnOutcome(status=TurnStatus.FAILED, error=str(exc))
         self.route = choice.route
         answer = run_route(ctx, choice)
         self.budget.check_alive()
         if self.trace.extracted:
-            return TurnOutcome("completed", answer, answer_source="extracted", unverified_reason=UNVERIFIED_REASON)
-        return TurnOutcome("completed", answer, answer_source=ROUTE_ANSWER_SOURCE.get(choice.route, "submitted"))
+            return TurnOutcome(
+                TurnStatus.COMPLETED, answer, answer_source="extracted", unverified_reason=UNVERIFIED_REASON
+            )
+        return TurnOutcome(
+            TurnStatus.COMPLETED, answer, answer_source=ROUTE_ANSWER_SOURCE.get(choice.route, "submitted")
+        )
 
     def _delegation(self) -> Delegation:
         return Delegation(
@@ -278,56 +305,38 @@ class Turn:
             if facts is None or self._announced.get(path) == facts:
                 continue
             self._announced[path] = facts
-            self.trace.emit_in_iteration(EventType.ARTIFACT_CREATED, {"path": path, "size": facts[0]})
+            self.trace.emit_in_iteration(ArtifactCreated(path=path, size=facts[0]))
 
     def _failure(self, exc: BaseException) -> TurnOutcome:
         if isinstance(exc, TurnCancelled) or self.budget.cancelled:
-            return TurnOutcome(status="cancelled", error="the turn was cancelled")
+            return TurnOutcome(status=TurnStatus.CANCELLED, error="the turn was cancelled")
         incomplete = incomplete_in(exc)
         if incomplete is not None:
             reason = str(incomplete)
-            return TurnOutcome(status="incomplete", answer=could_not_compute(reason), error=reason)
+            return TurnOutcome(status=TurnStatus.INCOMPLETE, answer=could_not_compute(reason), error=reason)
         if isinstance(exc, BudgetExceeded):
-            self.emitter.emit(EventType.BUDGET_EXHAUSTED, {"budget": exc.kind, "limit": exc.limit})
-            return TurnOutcome(status="failed", error=str(exc))
+            self.emitter.emit(BudgetExhausted(budget=exc.kind, limit=exc.limit))
+            return TurnOutcome(status=TurnStatus.FAILED, error=str(exc))
         cause = budget_error_in(exc)
         if cause is not None and cause is not exc:
             return self._failure(cause)
         if isinstance(exc, CodeInterpreterError):
-            return TurnOutcome(status="failed", error=f"sandbox failed: {one_line(exc, with_type=False)}")
+            return TurnOutcome(status=TurnStatus.FAILED, error=f"sandbox failed: {one_line(exc, with_type=False)}")
         if isinstance(exc, dspy.LMError):
-            return TurnOutcome(status="failed", error=f"model endpoint error: {one_line(exc, with_type=False)}")
-        return TurnOutcome(status="failed", error=one_line(exc))
+            return TurnOutcome(
+                status=TurnStatus.FAILED, error=f"model endpoint error: {one_line(exc, with_type=False)}"
+            )
+        return TurnOutcome(status=TurnStatus.FAILED, error=one_line(exc))
 
     def _finish(self, outcome: TurnOutcome) -> TurnOutcome:
         self._kill_sandboxes()
         remove_volume_directory(self._scratch_root)
-        if outcome.status == "completed":
+        if outcome.status is TurnStatus.COMPLETED:
             self._announce_artifacts()
         outcome.artifacts = self._artifact_records()
         outcome.route = self.route
         outcome.usage = self._usage()
-        if outcome.status == "completed":
-            self.emitter.emit(
-                EventType.TURN_COMPLETED,
-                {
-                    "answer": outcome.answer,
-                    "answer_source": outcome.answer_source,
-                    "unverified": outcome.unverified,
-                    "unverified_reason": outcome.unverified_reason,
-                    "usage": outcome.usage,
-                    "artifacts": outcome.artifacts,
-                },
-            )
-        elif outcome.status == "incomplete":
-            self.emitter.emit(
-                EventType.TURN_INCOMPLETE,
-                {"answer": outcome.answer, "reason": outcome.error, "usage": outcome.usage},
-            )
-        elif outcome.status == "cancelled":
-            self.emitter.emit(EventType.TURN_CANCELLED, {"reason": outcome.error, "usage": outcome.usage})
-        else:
-            self.emitter.emit(EventType.TURN_FAILED, {"reason": outcome.error, "usage": outcome.usage})
+        self.emitter.emit(outcome.terminal_payload())
         return outcome
 
     def _artifact_records(self) -> list[dict[str, Any]]:
@@ -340,24 +349,24 @@ class Turn:
                 digest = hash_workspace_file(found)
             except OSError:
                 continue
-            records.append({"path": path, "size": found.size, "sha256": digest.sha256})
+            records.append(ArtifactRecord(path=path, size=found.size, sha256=digest.sha256).model_dump())
         return records
 
     def _usage(self) -> dict[str, Any]:
         calls = dict(self.budget.calls)
-        return {
-            "route": self.route,
-            "model_calls": sum(calls.values()),
-            "root_calls": calls.get("root", 0),
-            "sub_calls": calls.get("sub", 0),
-            "child_calls": sum(n for role, n in calls.items() if role.startswith("child")),
-            "children": self.budget.children_started,
-            "input_tokens": self.budget.usage.input_tokens,
-            "output_tokens": self.budget.usage.output_tokens,
-            "iterations": self.trace.iteration,
-            "sandbox_errors": self.trace.sandbox_errors,
-            "duration": round(time.monotonic() - self._started, 3),
-        }
+        return Usage(
+            route=self.route,
+            model_calls=sum(calls.values()),
+            root_calls=calls.get("root", 0),
+            sub_calls=calls.get("sub", 0),
+            child_calls=sum(n for role, n in calls.items() if role.startswith("child")),
+            children=self.budget.children_started,
+            input_tokens=self.budget.usage.input_tokens,
+            output_tokens=self.budget.usage.output_tokens,
+            iterations=self.trace.iteration,
+            sandbox_errors=self.trace.sandbox_errors,
+            duration=round(time.monotonic() - self._started, 3),
+        ).model_dump()
 
 
 def _resolve(future: asyncio.Future[TurnOutcome], outcome: TurnOutcome) -> None:

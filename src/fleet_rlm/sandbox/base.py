@@ -21,6 +21,7 @@ from typing import Any, Protocol, Self
 from dspy.primitives import CodeExecutionError
 
 from fleet_rlm.config import BudgetSettings, SandboxSettings
+from fleet_rlm.protocol.payloads import OutputStream
 from fleet_rlm.sandbox.transfer import HostDirectoryFiles, Readable
 from fleet_rlm.sandbox.volume import Volume, plain_volume
 
@@ -55,7 +56,7 @@ class SandboxLimits:
 class SandboxObserver(Protocol):
     """Receives what happens inside a sandbox while code runs (called from host threads)."""
 
-    def output(self, stream: str, text: str) -> None:
+    def output(self, stream: OutputStream, text: str) -> None:
         """A chunk of stdout/stderr ("stdout" or "stderr"), as it is written."""
 
     def tool_started(self, call_id: str, name: str, arguments: str) -> None:

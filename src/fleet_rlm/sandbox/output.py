@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fleet_rlm.protocol.payloads import OutputStream
 from fleet_rlm.sandbox.base import SandboxObserver
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class GuardedObserver:
     def __init__(self, inner: SandboxObserver) -> None:
         self._inner = inner
 
-    def output(self, stream: str, text: str) -> None:
+    def output(self, stream: OutputStream, text: str) -> None:
         self._call(self._inner.output, stream, text)
 
     def tool_started(self, call_id: str, name: str, arguments: str) -> None:
@@ -96,7 +97,7 @@ class OutputPump:
         self._observer = observer
         self._limit = limit
         self._lock = threading.Lock()
-        self._streams = {stdout_fd: "stdout", stderr_fd: "stderr"}
+        self._streams: dict[int, OutputStream] = {stdout_fd: "stdout", stderr_fd: "stderr"}
         self._decoders = {fd: codecs.getincrementaldecoder("utf-8")("replace") for fd in self._streams}
         self._selector = selectors.DefaultSelector()
         for fd in self._streams:
@@ -175,7 +176,7 @@ class OutputPump:
         with contextlib.suppress(OSError):
             os.close(fd)
 
-    def _deliver(self, stream: str, text: str) -> None:
+    def _deliver(self, stream: OutputStream, text: str) -> None:
         if self._startup is not None:
             self._startup.add(text)
             return

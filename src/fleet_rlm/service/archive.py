@@ -19,10 +19,12 @@ import tarfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast, get_args
 
 from fleet_rlm.config import Ceilings, ServerSettings
 from fleet_rlm.protocol.events import Event, new_id
+from fleet_rlm.protocol.ids import new_session_id
+from fleet_rlm.protocol.status import FINAL_STATUSES, AnswerSource, TurnStatus
 from fleet_rlm.service.archive_reader import (
     MAX_EVENT_LINE_BYTES,
     MAX_EVENT_VALUES,
@@ -40,8 +42,6 @@ from fleet_rlm.service.archive_reader import (
 from fleet_rlm.service.files import stored_path
 from fleet_rlm.service.overrides import check_session_settings
 from fleet_rlm.store import BlobStore, FileRecord, Invalid, SessionRecord, Store, TurnRecord
-from fleet_rlm.store.store import SESSION_ID_PREFIX
-from fleet_rlm.store.tables import FINAL_TURN_STATUSES
 
 FORMAT = "fleet-session-archive"
 VERSION = 1
@@ -96,6 +96,8 @@ async def export_session(store: Store, blobs: BlobStore, ref: str, destination: 
                 "options": t.options,
                 "status": t.status,
                 "answer": t.answer,
+                "answer_source": t.answer_source,
+                "unverified_reason": t.unverified_reason,
                 "error": t.error,
                 "usage": t.usage,
                 "artifacts": t.artifacts,
@@ -254,7 +256,7 @@ async def import_session(
     store: Store, blobs: BlobStore, source: IO[bytes], server: ServerSettings, *, name: str | None = None
 ) -> SessionRecord:
     """Restore an archive as a new session (new ids). Its name is ``name``, else the archived one."""
-    session_id = new_id(SESSION_ID_PREFIX)
+    session_id = new_session_id()
     try:
         read = await asyncio.to_thread(_read_archive, source, blobs, session_id, ImportLimits.of(server))
         try:
@@ -301,7 +303,7 @@ def _turns(read: _Read) -> tuple[list[TurnRecord], list[tuple[str, Path]]]:
     positions: set[int] = set()
     for raw in read.manifest.get("turns") or []:
         position = int(raw["position"])
-        if raw.get("status") not in FINAL_TURN_STATUSES:
+        if raw.get("status") not in FINAL_STATUSES:
             raise BadArchive(f"turn {position} has status {raw.get('status')!r}, not a finished one")
         if position in positions:
             raise BadArchive(f"turn {position} appears twice in the archive")
@@ -317,10 +319,12 @@ def _turns(read: _Read) -> tuple[list[TurnRecord], list[tuple[str, Path]]]:
                 session_id="",
                 position=position,
                 message=str(raw["message"]),
-                status=str(raw["status"]),
+                status=TurnStatus(raw["status"]),
                 context_paths=context_paths,
                 options=dict(raw.get("options") or {}),
                 answer=_text_or_none(raw.get("answer")),
+                answer_source=_answer_source(raw.get("answer_source")),
+                unverified_reason=_text_or_none(raw.get("unverified_reason")),
                 error=_text_or_none(raw.get("error")),
                 usage=dict(raw.get("usage") or {}),
                 artifacts=artifacts,
@@ -336,6 +340,13 @@ def _turns(read: _Read) -> tuple[list[TurnRecord], list[tuple[str, Path]]]:
 
 def _text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _answer_source(value: Any) -> str | None:
+    """How an archived answer was reached (archives before it was kept have none)."""
+    if value is not None and value not in get_args(AnswerSource):
+        raise BadArchive(f"answer_source {value!r} is not one of {', '.join(get_args(AnswerSource))}")
+    return cast(str | None, value)
 
 
 def _files(read: _Read) -> list[FileRecord]:

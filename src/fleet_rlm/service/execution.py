@@ -13,7 +13,6 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from tenacity import (
     AsyncRetrying,
@@ -28,6 +27,7 @@ from tenacity import (
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.turn import HistoryEntry, Turn, TurnOutcome, TurnRequest, build_turn
 from fleet_rlm.protocol.events import Event, EventType, new_id
+from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.channel import TurnChannel
 from fleet_rlm.service.files import SessionFiles
 from fleet_rlm.service.pool import Lease, SandboxPool
@@ -39,13 +39,6 @@ log = logging.getLogger(__name__)
 SHUTDOWN_REASON = "the server shut down while the turn was running"
 TERMINAL_WAIT = 5.0
 COMMIT_WAITS = (0.1, 0.5, 2.0)
-TERMINAL_OF_STATUS = {
-    "completed": EventType.TURN_COMPLETED,
-    "incomplete": EventType.TURN_INCOMPLETE,
-    "failed": EventType.TURN_FAILED,
-    "cancelled": EventType.TURN_CANCELLED,
-    "interrupted": EventType.TURN_INTERRUPTED,
-}
 
 
 @dataclass
@@ -126,7 +119,9 @@ class TurnExecution:
             await self._commit(outcome, changes)
         except Exception as exc:  # a bug or a dead database: the turn must still end
             log.exception("turn %s: server error", self.turn_id)
-            await self._commit(TurnOutcome(status="failed", error=f"server error: {type(exc).__name__}: {exc}"), None)
+            await self._commit(
+                TurnOutcome(status=TurnStatus.FAILED, error=f"server error: {type(exc).__name__}: {exc}"), None
+            )
         finally:
             if holds_slot and self.slots is not None:
                 self.slots.release()
@@ -177,7 +172,7 @@ class TurnExecution:
             await asyncio.wait_for(self._terminal_seen.wait(), TERMINAL_WAIT)
         except TimeoutError:
             log.error("turn %s: the engine returned without a terminal event", self.turn_id)
-        if outcome.status != "completed":
+        if outcome.status is not TurnStatus.COMPLETED:
             return outcome, None
         changes = await asyncio.to_thread(
             self.files.collect_changes, plan.session.id, workspace, self.lease.files, placed
@@ -185,18 +180,17 @@ class TurnExecution:
         return outcome, changes
 
     def _stopped_outcome(self) -> TurnOutcome:
-        return TurnOutcome(status="cancelled", error="the turn was cancelled")
+        return TurnOutcome(status=TurnStatus.CANCELLED, error="the turn was cancelled")
 
     async def _commit(self, outcome: TurnOutcome, changes: FileChanges | None) -> None:
-        status: str = outcome.status
-        if self.shutting_down and status == "cancelled":
-            status, outcome.error = "interrupted", SHUTDOWN_REASON
+        if self.shutting_down and outcome.status is TurnStatus.CANCELLED:
+            outcome.status, outcome.error = TurnStatus.INTERRUPTED, SHUTDOWN_REASON
         terminal = self._terminal
-        if terminal is None or terminal.type is not TERMINAL_OF_STATUS[status]:
-            terminal = self._own_terminal(status, outcome)
+        if terminal is None or terminal.type is not outcome.status.terminal_event:
+            terminal = self._own_terminal(outcome)
         unwritten = await self.journal.flush(self.turn_id)
         try:
-            await self._finish_with_retries(status, outcome, [*unwritten, terminal], changes)
+            await self._finish_with_retries(outcome, [*unwritten, terminal], changes)
         except Conflict as exc:
             log.warning("turn %s: %s", self.turn_id, exc)
         except Exception:
@@ -205,38 +199,26 @@ class TurnExecution:
             log.exception("turn %s: could not commit its end", self.turn_id)
         self.channel.publish(terminal)
 
-    def _own_terminal(self, status: str, outcome: TurnOutcome) -> Event:
-        data: dict[str, Any] = {"usage": outcome.usage}
-        if status == "completed":
-            data.update(
-                answer=outcome.answer,
-                answer_source=outcome.answer_source,
-                unverified=outcome.unverified,
-                unverified_reason=outcome.unverified_reason,
-                artifacts=outcome.artifacts,
-            )
-        else:
-            data["reason"] = outcome.error
-            if status == "incomplete":
-                data["answer"] = outcome.answer
+    def _own_terminal(self, outcome: TurnOutcome) -> Event:
+        payload = outcome.terminal_payload()
         return Event(
-            type=TERMINAL_OF_STATUS[status],
+            type=payload.event_type,
             # Replaces the engine's own terminal event, if any (never published), in its place.
             seq=self._terminal.seq if self._terminal is not None else self._last_seq + 1,
             turn_id=self.turn_id,
             ts=time.time(),
             span_id=self._root_span,
             parent_span_id=None,
-            data=data,
+            data=payload.to_data(),
         )
 
     async def _finish_with_retries(
-        self, status: str, outcome: TurnOutcome, events: list[Event], changes: FileChanges | None
+        self, outcome: TurnOutcome, events: list[Event], changes: FileChanges | None
     ) -> None:
         await commit_retrying(self.turn_id)(
             self.store.finish_turn,
             self.turn_id,
-            status=status,
+            status=outcome.status,
             answer=outcome.answer,
             answer_source=outcome.answer_source,
             unverified_reason=outcome.unverified_reason,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_rlm.protocol.events import new_id
+from fleet_rlm.protocol.payloads import OutputStream
 from fleet_rlm.sandbox.base import (
     Sandbox,
     SandboxBackend,
@@ -48,7 +49,7 @@ class SwitchableObserver:
     def __init__(self) -> None:
         self.target: SandboxObserver | None = None
 
-    def output(self, stream: str, text: str) -> None:
+    def output(self, stream: OutputStream, text: str) -> None:
         if self.target is not None:
             self.target.output(stream, text)
 

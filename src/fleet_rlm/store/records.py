@@ -1,16 +1,53 @@
-"""Plain, immutable views of stored rows, handed out by :class:`fleet_rlm.store.Store`."""
+"""Plain, immutable views of stored rows, handed out by :class:`fleet_rlm.store.Store`.
+
+A record's fields are named like its table's columns, so one conversion serves every record
+(:meth:`RowView.of`) and one builds a row's values back (:func:`row_values`); JSON containers are
+copied, so a record never shares them with the session that read it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self, cast
 
-from fleet_rlm.store.tables import ACTIVE_TURN_STATUSES, FileRow, SessionRow, TurnRow
+from fleet_rlm.protocol.status import TurnStatus
+
+
+def _detached(value: Any) -> Any:
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    return value
+
+
+class RowView:
+    @classmethod
+    def of(cls, row: Any) -> Self:
+        """The record of ``row`` (anything with the record's fields as attributes)."""
+        values: dict[str, Any] = {}
+        for item in dataclasses.fields(cast(Any, cls)):
+            value = getattr(row, item.name)
+            if value is None and item.default_factory is not dataclasses.MISSING:
+                value = item.default_factory()
+            values[item.name] = _detached(value)
+        record: Self = cast(Any, cls)(**values)
+        return record
+
+
+def row_values(record: RowView, columns: set[str]) -> dict[str, Any]:
+    """The record's fields that are among ``columns``, for building a row."""
+    return {
+        item.name: _detached(getattr(record, item.name))
+        for item in dataclasses.fields(cast(Any, record))
+        if item.name in columns
+    }
 
 
 @dataclass(frozen=True)
-class SessionRecord:
+class SessionRecord(RowView):
     id: str
     name: str | None
     title: str | None
@@ -19,26 +56,14 @@ class SessionRecord:
     created_at: dt.datetime
     updated_at: dt.datetime
 
-    @classmethod
-    def of(cls, row: SessionRow) -> SessionRecord:
-        return cls(
-            id=row.id,
-            name=row.name,
-            title=row.title,
-            mode=row.mode,
-            settings=dict(row.settings or {}),
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        )
-
 
 @dataclass(frozen=True)
-class TurnRecord:
+class TurnRecord(RowView):
     id: str
     session_id: str
     position: int
     message: str
-    status: str
+    status: TurnStatus
     context_paths: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     answer: str | None = None
@@ -57,34 +82,15 @@ class TurnRecord:
 
     @property
     def active(self) -> bool:
-        return self.status in ACTIVE_TURN_STATUSES
+        return self.status.active
 
-    @classmethod
-    def of(cls, row: TurnRow) -> TurnRecord:
-        return cls(
-            id=row.id,
-            session_id=row.session_id,
-            position=row.position,
-            message=row.message,
-            status=row.status,
-            context_paths=list(row.context_paths or []),
-            options=dict(row.options or {}),
-            answer=row.answer,
-            answer_source=row.answer_source,
-            unverified_reason=row.unverified_reason,
-            error=row.error,
-            usage=dict(row.usage or {}),
-            artifacts=list(row.artifacts or []),
-            idempotency_key=row.idempotency_key,
-            runner=row.runner,
-            created_at=row.created_at,
-            started_at=row.started_at,
-            finished_at=row.finished_at,
-        )
+    @property
+    def unverified(self) -> bool:
+        return self.unverified_reason is not None
 
 
 @dataclass(frozen=True)
-class FileRecord:
+class FileRecord(RowView):
     """A workspace file of a session. ``path`` is relative to the workspace (``files/x.csv``)."""
 
     path: str
@@ -95,19 +101,6 @@ class FileRecord:
     turn_id: str | None = None
     created_at: dt.datetime | None = None
     updated_at: dt.datetime | None = None
-
-    @classmethod
-    def of(cls, row: FileRow) -> FileRecord:
-        return cls(
-            path=row.path,
-            size=row.size,
-            sha256=row.sha256,
-            media_type=row.media_type,
-            origin=row.origin,
-            turn_id=row.turn_id,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        )
 
 
 @dataclass(frozen=True)

@@ -16,28 +16,23 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from fleet_rlm.protocol.events import Event, EventType, new_id
+from fleet_rlm.protocol.events import Event, new_id
+from fleet_rlm.protocol.ids import SESSION_ID_PREFIX, is_session_id, new_session_id
+from fleet_rlm.protocol.payloads import TurnInterrupted
+from fleet_rlm.protocol.status import ACTIVE_STATUSES, FINAL_STATUSES, TurnStatus
 from fleet_rlm.store.base import event_row
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound
 from fleet_rlm.store.events import EventQueries
 from fleet_rlm.store.files import FileQueries
-from fleet_rlm.store.records import FileChanges, FileRecord, SessionRecord, TurnRecord
-from fleet_rlm.store.tables import (
-    ACTIVE_TURN_STATUSES,
-    FINAL_TURN_STATUSES,
-    EventRow,
-    SessionRow,
-    TurnRow,
-    utcnow,
-)
+from fleet_rlm.store.records import FileChanges, FileRecord, SessionRecord, TurnRecord, row_values
+from fleet_rlm.store.tables import EventRow, SessionRow, TurnRow, utcnow
 
-SESSION_ID_PREFIX = "ses"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _EDITABLE_SESSION_FIELDS = frozenset({"name", "title", "mode", "settings"})
 
 
 def check_session_name(name: str) -> str:
-    if not _NAME.fullmatch(name) or name.startswith(f"{SESSION_ID_PREFIX}_"):
+    if not _NAME.fullmatch(name) or is_session_id(name):
         raise Invalid(
             f"session name {name!r} is not valid: use 1-64 letters, digits, '.', '_' or '-', "
             f"starting with a letter or digit and not with {SESSION_ID_PREFIX + '_'!r}",
@@ -61,7 +56,7 @@ class Store(FileQueries, EventQueries):
     ) -> SessionRecord:
         if name is not None:
             check_session_name(name)
-        row = SessionRow(id=new_id(SESSION_ID_PREFIX), name=name, title=title, mode=mode, settings=dict(settings or {}))
+        row = SessionRow(id=new_session_id(), name=name, title=title, mode=mode, settings=dict(settings or {}))
         try:
             async with self.db.write() as session:
                 session.add(row)
@@ -122,40 +117,17 @@ class Store(FileQueries, EventQueries):
         if session.name is not None:
             check_session_name(session.name)
         for turn in turns:
-            if turn.status not in FINAL_TURN_STATUSES:
+            if turn.status not in FINAL_STATUSES:
                 raise Invalid(f"turn {turn.id} is {turn.status}; only finished turns can be restored")
-        row = SessionRow(
-            id=session.id,
-            name=session.name,
-            title=session.title,
-            mode=session.mode,
-            settings=dict(session.settings),
-            created_at=session.created_at,
-            updated_at=session.updated_at,
-        )
+        row = SessionRow(**row_values(session, _columns(SessionRow)))
         try:
             async with self.db.write() as db:
                 db.add(row)
                 await db.flush()
                 for turn in turns:
-                    db.add(
-                        TurnRow(
-                            id=turn.id,
-                            session_id=session.id,
-                            position=turn.position,
-                            message=turn.message,
-                            context_paths=list(turn.context_paths),
-                            options=dict(turn.options),
-                            status=turn.status,
-                            answer=turn.answer,
-                            error=turn.error,
-                            usage=dict(turn.usage),
-                            artifacts=list(turn.artifacts),
-                            created_at=turn.created_at or utcnow(),
-                            started_at=turn.started_at,
-                            finished_at=turn.finished_at,
-                        )
-                    )
+                    values = row_values(turn, _columns(TurnRow))
+                    values.update(session_id=session.id, created_at=turn.created_at or utcnow())
+                    db.add(TurnRow(**values))
                 await db.flush()
                 async for batch in events:
                     if batch:
@@ -168,7 +140,7 @@ class Store(FileQueries, EventQueries):
     # Turns ------------------------------------------------------------------------------------
 
     async def _active_turn(self, session: AsyncSession, session_id: str) -> TurnRow | None:
-        query = select(TurnRow).where(TurnRow.session_id == session_id, TurnRow.status.in_(ACTIVE_TURN_STATUSES))
+        query = select(TurnRow).where(TurnRow.session_id == session_id, TurnRow.status.in_(ACTIVE_STATUSES))
         return (await session.execute(query)).scalar_one_or_none()
 
     async def _turn_by_key(self, session: AsyncSession, session_id: str, key: str) -> TurnRow | None:
@@ -215,7 +187,7 @@ class Store(FileQueries, EventQueries):
                         message=message,
                         context_paths=list(context_paths),
                         options=dict(options or {}),
-                        status="queued",
+                        status=TurnStatus.QUEUED,
                         usage={},
                         artifacts=[],
                         idempotency_key=idempotency_key,
@@ -249,7 +221,7 @@ class Store(FileQueries, EventQueries):
             return [TurnRecord.of(row) for row in (await session.execute(query)).scalars()]
 
     async def active_turns(self) -> list[TurnRecord]:
-        query = select(TurnRow).where(TurnRow.status.in_(ACTIVE_TURN_STATUSES))
+        query = select(TurnRow).where(TurnRow.status.in_(ACTIVE_STATUSES))
         async with self.db.read() as session:
             return [TurnRecord.of(row) for row in (await session.execute(query)).scalars()]
 
@@ -258,8 +230,8 @@ class Store(FileQueries, EventQueries):
         async with self.db.write() as session:
             result = await session.execute(
                 update(TurnRow)
-                .where(TurnRow.id == turn_id, TurnRow.status == "queued")
-                .values(status="running", started_at=utcnow())
+                .where(TurnRow.id == turn_id, TurnRow.status == TurnStatus.QUEUED)
+                .values(status=TurnStatus.RUNNING, started_at=utcnow())
             )
             return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -267,7 +239,7 @@ class Store(FileQueries, EventQueries):
         self,
         turn_id: str,
         *,
-        status: str,
+        status: TurnStatus,
         answer: str | None = None,
         answer_source: str | None = None,
         unverified_reason: str | None = None,
@@ -282,13 +254,13 @@ class Store(FileQueries, EventQueries):
         Raises ``turn_not_active`` (and commits nothing) when the turn already ended, e.g. because
         start-up reconciliation marked it interrupted.
         """
-        if status not in FINAL_TURN_STATUSES:
+        if status not in FINAL_STATUSES:
             raise Invalid(f"{status!r} is not a final turn status")
         async with self.db.write() as session:
             row = await session.get(TurnRow, turn_id, with_for_update=True)
             if row is None:
                 raise NotFound("turn", turn_id)
-            if row.status not in ACTIVE_TURN_STATUSES:
+            if row.status not in ACTIVE_STATUSES:
                 raise Conflict(f"turn {turn_id} already ended as {row.status}", code="turn_not_active")
             row.status = status
             row.answer = answer
@@ -314,7 +286,7 @@ class Store(FileQueries, EventQueries):
                 continue
             async with self.db.write() as session:
                 row = await session.get(TurnRow, turn.id, with_for_update=True)
-                if row is None or row.status not in ACTIVE_TURN_STATUSES:
+                if row is None or row.status not in ACTIVE_STATUSES:
                     continue
                 last = await session.scalar(select(func.max(EventRow.seq)).where(EventRow.turn_id == turn.id))
                 first = (
@@ -322,17 +294,18 @@ class Store(FileQueries, EventQueries):
                     .scalars()
                     .first()
                 )
+                payload = TurnInterrupted(reason=reason)
                 event = Event(
-                    type=EventType.TURN_INTERRUPTED,
+                    type=payload.event_type,
                     seq=(last or 0) + 1,
                     turn_id=turn.id,
                     ts=utcnow().timestamp(),
                     span_id=first.span_id if first is not None else new_id("span"),
                     parent_span_id=None,
-                    data={"reason": reason},
+                    data=payload.to_data(),
                 )
                 await session.execute(insert(EventRow), [event_row(event)])
-                row.status = "interrupted"
+                row.status = TurnStatus.INTERRUPTED
                 row.error = reason
                 row.finished_at = utcnow()
                 await self._touch_session(session, row.session_id)
@@ -341,7 +314,7 @@ class Store(FileQueries, EventQueries):
 
     async def history(self, session_id: str, *, before_position: int | None = None) -> list[TurnRecord]:
         """Finished turns of a session, oldest first (what the next turn is told)."""
-        query = select(TurnRow).where(TurnRow.session_id == session_id, TurnRow.status.in_(FINAL_TURN_STATUSES))
+        query = select(TurnRow).where(TurnRow.session_id == session_id, TurnRow.status.in_(FINAL_STATUSES))
         if before_position is not None:
             query = query.where(TurnRow.position < before_position)
         async with self.db.read() as session:
@@ -351,3 +324,7 @@ class Store(FileQueries, EventQueries):
     async def session_ids(self) -> set[str]:
         async with self.db.read() as session:
             return set((await session.execute(select(SessionRow.id))).scalars())
+
+
+def _columns(table: type[SessionRow | TurnRow]) -> set[str]:
+    return set(table.__table__.columns.keys())

@@ -29,8 +29,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-ACTIVE_TURN_STATUSES = ("queued", "running")
-FINAL_TURN_STATUSES = ("completed", "incomplete", "failed", "cancelled", "interrupted")
+from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
+
 FILE_ORIGINS = ("upload", "artifact", "memory")
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
@@ -58,6 +58,21 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
             return None
         return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
+
+class TurnStatusType(TypeDecorator[TurnStatus]):
+    """A turn status stored as its text and read back as a :class:`TurnStatus` (an unknown one is refused)."""
+
+    impl = String(16)
+    cache_ok = True
+
+    def process_bind_param(self, value: TurnStatus | str | None, dialect: Dialect) -> str | None:
+        return None if value is None else TurnStatus(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> TurnStatus | None:
+        return None if value is None else TurnStatus(value)
+
+
+ACTIVE_SQL = text("status IN ({})".format(", ".join(f"'{status}'" for status in ACTIVE_STATUSES)))
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -93,8 +108,8 @@ class TurnRow(Base):
             "ix_turns_one_active_per_session",
             "session_id",
             unique=True,
-            sqlite_where=text("status IN ('queued', 'running')"),
-            postgresql_where=text("status IN ('queued', 'running')"),
+            sqlite_where=ACTIVE_SQL,
+            postgresql_where=ACTIVE_SQL,
         ),
         Index("ix_turns_status", "status"),
     )
@@ -105,7 +120,7 @@ class TurnRow(Base):
     message: Mapped[str] = mapped_column(Text)
     context_paths: Mapped[list[str]] = mapped_column(JsonType, default=list)
     options: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[TurnStatus] = mapped_column(TurnStatusType())
     answer: Mapped[str | None] = mapped_column(Text)
     answer_source: Mapped[str | None] = mapped_column(String(16))
     unverified_reason: Mapped[str | None] = mapped_column(Text)

@@ -6,7 +6,10 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from pydantic import ValidationError
+
 from fleet_rlm.protocol.events import TERMINAL_TYPES, Event, EventType
+from fleet_rlm.protocol.schema import validate_event
 
 
 def event_problems(raw: list[dict[str, Any]]) -> list[str]:
@@ -20,7 +23,12 @@ def event_problems(raw: list[dict[str, Any]]) -> list[str]:
             events.append(Event.from_dict(item))
         except (KeyError, TypeError, ValueError) as exc:
             problems.append(f"event {index} is malformed ({exc!r}): {item!r}")
-    if problems:
+            continue
+        try:
+            validate_event(item)
+        except ValidationError as exc:
+            problems.append(f"event {index} ({item['type']}) breaks the schema {_first_error(exc)}")
+    if len(events) < len(raw):
         return problems
     if events[0].type is not EventType.TURN_STARTED:
         problems.append(f"the first event is {events[0].type}, not turn.started")
@@ -54,3 +62,10 @@ def event_problems(raw: list[dict[str, Any]]) -> list[str]:
         if event.type is EventType.EXECUTION_FAILED and not event.data.get("error_type"):
             problems.append(f"execution.failed (seq {event.seq}) names no error type")
     return problems
+
+
+def _first_error(exc: ValidationError) -> str:
+    """Where and how, e.g. ``at data.iteration: Input should be a valid integer`` (the union's tag left out)."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"][1:])
+    return f"at {where}: {error['msg']}"

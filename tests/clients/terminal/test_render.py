@@ -6,7 +6,7 @@ import time
 from rich.console import Console
 
 from fleet_rlm.clients.cli.render import EventRenderer
-from fleet_rlm.clients.terminal.status import TurnStatus
+from fleet_rlm.clients.terminal.status import StatusLine
 from fleet_rlm.clients.terminal.stream import Footer
 from fleet_rlm.clients.terminal.trace import trace_tree
 from fleet_rlm.protocol.events import EventType
@@ -60,7 +60,7 @@ def test_line_buffered_rendering_prints_whole_lines_and_keeps_the_rest_pending()
 
 
 def test_status_line_counts_iterations_model_calls_and_elapsed() -> None:
-    status = TurnStatus()
+    status = StatusLine()
     events = sample_turn_with_a_child().events
     for event in events[:7]:  # up to the llm_query call starting
         status.observe(event)

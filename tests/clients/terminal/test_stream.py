@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from fleet_rlm.clients.terminal.client import ChatClient
-from fleet_rlm.clients.terminal.status import TurnStatus
+from fleet_rlm.clients.terminal.status import StatusLine
 from fleet_rlm.clients.terminal.stream import follow_turn, resilient_events
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
@@ -45,7 +45,7 @@ def test_a_dropped_stream_resumes_after_the_last_event_seen(
     with ChatClient(proxy.url) as client:
         session = client.create_session()
         turn = client.submit_turn(session["id"], "Two parts")
-        status = TurnStatus()
+        status = StatusLine()
         seen = []
         notes = []
         for event in resilient_events(client, turn["id"], status):
@@ -96,7 +96,7 @@ def test_a_server_restart_mid_turn_resumes_the_stream_to_the_interrupted_end(
         with ChatClient(server.base_url) as client:
             session = client.create_session()
             turn = client.submit_turn(session["id"], "Slow")
-            status = TurnStatus()
+            status = StatusLine()
             seen = []
             for event in resilient_events(client, turn["id"], status):
                 seen.append(event)

@@ -8,6 +8,7 @@ from sse_starlette import EventSourceResponse
 
 from fleet_rlm.api.deps import Service, Tickets
 from fleet_rlm.api.errors import ApiError, ErrorBody, Responses
+from fleet_rlm.api.event_schemas import EVENT_STREAM_RESPONSE
 from fleet_rlm.api.schemas import StreamTicket, TurnCreate, TurnOut, TurnPage
 from fleet_rlm.api.sse import event_stream
 from fleet_rlm.service.service import TurnSubmission
@@ -96,7 +97,7 @@ async def stream_ticket(turn_id: str, request: Request, service: Service, ticket
 @router.get(
     "/turns/{turn_id}/events",
     response_class=EventSourceResponse,
-    responses={200: {"content": {"text/event-stream": {}}}, **TURN_NOT_FOUND},
+    responses={200: EVENT_STREAM_RESPONSE, **TURN_NOT_FOUND},
 )
 async def turn_events(
     turn_id: str,

@@ -13,6 +13,7 @@ from fleet_rlm.config import ConfigError, Settings, config_files, load_settings
 from fleet_rlm.engine.turn import TurnRequest, build_turn
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.sandbox.registry import UnknownSandboxBackend, backend_names, configured_backend
 
 
@@ -138,7 +139,7 @@ def smoke_turn(settings: Settings) -> Check:
         artifact_ok = artifact.is_file() and artifact.read_text() == "region,revenue\nnorth,15\nsouth,32\n"
     kinds = {e.type for e in events}
     problems = []
-    if outcome.status != "completed" or outcome.answer != "north=15 south=32":
+    if outcome.status is not TurnStatus.COMPLETED or outcome.answer != "north=15 south=32":
         problems.append(f"turn {outcome.status}: {outcome.error or outcome.answer}")
     if not {EventType.OUTPUT, EventType.TOOL_STARTED, EventType.TOOL_FINISHED} <= kinds:
         problems.append("missing output or tool events")
@@ -177,7 +178,7 @@ def real_model_turn(settings: Settings, size: str) -> Check:
     except RealModelError as exc:
         return Check(name, False, str(exc), "see docs/testing.md, section 'The real model'")
     took = f"{float(outcome.usage.get('duration') or 0.0):.1f}s, {speed}"
-    if outcome.status != "completed":
+    if outcome.status is not TurnStatus.COMPLETED:
         return Check(name, False, f"{spec.alias}: turn {outcome.status} after {took}: {outcome.error}", None)
     verdict = "right" if REAL_MODEL_TOTAL in (outcome.answer or "") else f"wrong: the total is {REAL_MODEL_TOTAL}"
     return Check(name, True, f"{spec.alias} answered {outcome.answer!r} ({verdict}) in {took}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from fleet_rlm.protocol.status import TurnStatus
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -14,14 +16,14 @@ EXIT_INCOMPLETE = 4
 EXIT_CANCELLED = 130
 
 
-def exit_code_for(status: str, *, unverified: bool = False, reason: str | None = None) -> int:
+def exit_code_for(status: TurnStatus, *, unverified: bool = False, reason: str | None = None) -> int:
     """The exit code of a finished turn; prints the one-line reason on stderr when it is not 0."""
-    if status == "completed" and not unverified:
+    if status is TurnStatus.COMPLETED and not unverified:
         return EXIT_OK
-    if status == "completed":
+    if status is TurnStatus.COMPLETED:
         print(f"fleet: unverified: {reason}", file=sys.stderr)
         return EXIT_UNVERIFIED
     print(f"fleet: {status}: {reason}", file=sys.stderr)
-    if status == "incomplete":
+    if status is TurnStatus.INCOMPLETE:
         return EXIT_INCOMPLETE
-    return EXIT_CANCELLED if status == "cancelled" else EXIT_FAILED
+    return EXIT_CANCELLED if status is TurnStatus.CANCELLED else EXIT_FAILED

@@ -21,6 +21,7 @@ from fleet_rlm.api.client import ApiFailure, FleetClient
 from fleet_rlm.clients.cli.exit_codes import EXIT_FAILED, exit_code_for
 from fleet_rlm.clients.cli.render import EventRenderer, json_line
 from fleet_rlm.protocol.events import EventType
+from fleet_rlm.protocol.status import TurnStatus
 
 
 def run_remote(
@@ -70,8 +71,8 @@ def run_remote(
     except OSError as exc:
         print(f"fleet: error: cannot reach {url}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    final_status = str(final["status"])
-    reason = final.get("unverified_reason") if final_status == "completed" else final.get("error")
+    final_status = TurnStatus(final["status"])
+    reason = final.get("unverified_reason") if final_status is TurnStatus.COMPLETED else final.get("error")
     return exit_code_for(final_status, unverified=bool(final.get("unverified")), reason=reason)
 
 

@@ -17,6 +17,7 @@ from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn
 from fleet_rlm.logs import log_to_file
 from fleet_rlm.processes import pid_alive
 from fleet_rlm.protocol.events import Event, new_id
+from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.sandbox.base import SandboxLimits
 from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.sandbox.volume import remove_volume_directory
@@ -101,5 +102,5 @@ async def _run_with_ctrl_c(run: object, cancel: object) -> TurnOutcome:
 
 
 def exit_code(outcome: TurnOutcome) -> int:
-    reason = outcome.unverified_reason if outcome.status == "completed" else outcome.error
+    reason = outcome.unverified_reason if outcome.status is TurnStatus.COMPLETED else outcome.error
     return exit_code_for(outcome.status, unverified=outcome.unverified, reason=reason)

@@ -19,15 +19,16 @@ from rich.text import Text
 
 from fleet_rlm.api.client import ApiFailure
 from fleet_rlm.clients.cli.render import preview
-from fleet_rlm.clients.terminal.client import ACTIVE_STATUSES, ChatClient
+from fleet_rlm.clients.terminal.client import ChatClient
 from fleet_rlm.clients.terminal.commands import BUDGET_KEYS, Command, CommandError, help_lines, parse_budget
 from fleet_rlm.clients.terminal.stream import follow_turn
 from fleet_rlm.clients.terminal.trace import trace_tree
+from fleet_rlm.protocol.ids import is_session_id
+from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
 from fleet_rlm.workspace.manifest import human_size
 
 HISTORY_SHOWN = 3
 TITLE_CHARS = 60
-SESSION_ID_PREFIX = "ses_"  # ids look like this; a missing one is an error, not a new name
 MEMORY_PREVIEW_CHARS = 2000
 TEXT_KINDS = ("text", "markdown", "csv", "tsv", "json", "jsonl", "code")
 
@@ -66,7 +67,7 @@ def open_session(client: ChatClient, ref: str | None) -> tuple[dict[str, Any], b
     found = client.session_or_none(ref)
     if found is not None:
         return found, True
-    if ref.startswith(SESSION_ID_PREFIX):
+    if is_session_id(ref):  # a missing id is an error, not a new name
         raise CommandError(f"no session with id {ref}; /sessions lists them")
     return client.create_session(name=ref), False
 
@@ -79,7 +80,7 @@ def show_history(state: ChatState, count: int = HISTORY_SHOWN) -> None:
     state.say(f"session {state.label}: {len(turns)} turn(s); the last {min(count, len(turns))}:")
     for turn in turns[-count:]:
         state.console.print(Text(f"#{turn['position']} › {turn['message']}", style="bold"))
-        if turn["status"] == "completed":
+        if turn["status"] == TurnStatus.COMPLETED:
             if turn.get("unverified"):
                 state.say(f"  ⚠ unverified answer: {turn.get('unverified_reason')}", "yellow")
             state.console.print(Markdown(str(turn["answer"] or "")))

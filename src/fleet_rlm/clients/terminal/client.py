@@ -12,7 +12,6 @@ import httpx
 from fleet_rlm.api.client import ApiFailure, FleetClient
 
 DOWNLOAD_CHUNK = 1024 * 1024
-ACTIVE_STATUSES = ("queued", "running")
 
 
 class DigestMismatch(RuntimeError):

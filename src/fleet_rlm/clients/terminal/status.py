@@ -16,7 +16,7 @@ MODEL_TOOLS = ("llm_query", "llm_query_batched")
 
 
 @dataclass
-class TurnStatus:
+class StatusLine:
     started_at: float | None = None
     iteration: int = 0
     max_iterations: int | None = None

@@ -22,7 +22,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception
 
 from fleet_rlm.api.client import RECONNECT_WAIT, ApiFailure, FleetClient, StreamEnded
 from fleet_rlm.clients.cli.render import EventRenderer
-from fleet_rlm.clients.terminal.status import TurnStatus
+from fleet_rlm.clients.terminal.status import StatusLine
 from fleet_rlm.protocol.events import Event
 
 RECONNECT_PATIENCE = 90.0
@@ -39,7 +39,7 @@ class StreamLost(RuntimeError):
 class Footer:
     """Shown by ``Live`` under the printed lines: the unfinished streamed line, then the status."""
 
-    def __init__(self, renderer: EventRenderer, status: TurnStatus) -> None:
+    def __init__(self, renderer: EventRenderer, status: StatusLine) -> None:
         self.renderer = renderer
         self.status = status
 
@@ -55,7 +55,7 @@ class Footer:
 class CancelOnInterrupt:
     """SIGINT handler for the time a turn streams: cancel first, quit on the second press."""
 
-    def __init__(self, client: FleetClient, turn_id: str, status: TurnStatus) -> None:
+    def __init__(self, client: FleetClient, turn_id: str, status: StatusLine) -> None:
         self.client = client
         self.turn_id = turn_id
         self.status = status
@@ -102,7 +102,7 @@ def _worth_retrying(exc: BaseException) -> bool:
     return isinstance(exc, ApiFailure) and exc.status >= 500
 
 
-def resilient_events(client: FleetClient, turn_id: str, status: TurnStatus, after: int = 0) -> Iterator[Event]:
+def resilient_events(client: FleetClient, turn_id: str, status: StatusLine, after: int = 0) -> Iterator[Event]:
     """Every event after ``after`` to the terminal one, reconnecting from the last seq seen."""
     last = after
 
@@ -128,7 +128,7 @@ def resilient_events(client: FleetClient, turn_id: str, status: TurnStatus, afte
 def follow_turn(client: FleetClient, console: Console, turn_id: str, after: int = 0) -> Event | None:
     """Render the turn live to its end; returns its terminal event (None if the stream had none)."""
     renderer = EventRenderer(console, line_buffered=True)
-    status = TurnStatus()
+    status = StatusLine()
     interrupt = CancelOnInterrupt(client, turn_id, status)
     previous = signal.signal(signal.SIGINT, interrupt)
     terminal: Event | None = None

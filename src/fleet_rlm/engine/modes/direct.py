@@ -14,7 +14,8 @@ import dspy
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.rlm import stream_program
-from fleet_rlm.protocol.events import EventType, new_id
+from fleet_rlm.protocol.events import new_id
+from fleet_rlm.protocol.payloads import Reasoning
 
 
 class DirectAnswer(dspy.Signature):  # type: ignore[misc]
@@ -41,5 +42,5 @@ def run_direct(ctx: RouteContext) -> str:
             prediction = program(**ctx.inputs)
     reasoning = getattr(prediction, "reasoning", None)
     if reasoning:
-        ctx.trace.emit_in_iteration(EventType.REASONING, {"text": str(reasoning)})
+        ctx.trace.emit_in_iteration(Reasoning(text=str(reasoning)))
     return str(prediction.answer)

@@ -15,7 +15,8 @@ from dspy.primitives import CodeExecutionError, CodeInterpreterError
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.flex_bridge import BridgedLM, ValueReturningSandbox
 from fleet_rlm.engine.program import FleetTask
-from fleet_rlm.protocol.events import EventType, new_id
+from fleet_rlm.protocol.events import new_id
+from fleet_rlm.protocol.payloads import Code, Reasoning
 
 # Fleet's starting module: one bounded pass. Its code reads the workspace's text input files (it
 # runs in the sandbox, at the workspace), then one ChainOfThought answers from them. An optimizer
@@ -75,7 +76,7 @@ def run_flex(ctx: RouteContext, module_src: str = FLEX_MODULE) -> str:
     # The module source is the code this route runs: show it like any other code.
     with ctx.trace.lock:
         ctx.trace.iteration_span = new_id("span")
-    ctx.trace.emit_in_iteration(EventType.CODE, {"code": flex.module_src or ""})
+    ctx.trace.emit_in_iteration(Code(code=flex.module_src or ""))
     inputs = {name: str(value) for name, value in ctx.inputs.items()}  # plain JSON crosses the sandbox boundary
     lm = BridgedLM(ctx.root_lm)
     try:
@@ -87,7 +88,7 @@ def run_flex(ctx: RouteContext, module_src: str = FLEX_MODULE) -> str:
         raise FlexModuleFailed(f"the flex module raised {_last_line(exc)}") from exc
     reasoning = prediction.get("reasoning")
     if reasoning:
-        ctx.trace.emit_in_iteration(EventType.REASONING, {"text": str(reasoning)})
+        ctx.trace.emit_in_iteration(Reasoning(text=str(reasoning)))
     return str(prediction.answer)
 
 

@@ -11,7 +11,7 @@ from dspy.streaming import StatusMessageProvider, StreamListener, StreamResponse
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.observe import RLMCallbacks
 from fleet_rlm.engine.program import build_rlm
-from fleet_rlm.protocol.events import EventType
+from fleet_rlm.protocol.payloads import CodeDelta, ReasoningDelta
 
 
 def run_rlm(ctx: RouteContext) -> str:
@@ -57,7 +57,7 @@ class _NoStatusMessages(StatusMessageProvider):  # type: ignore[misc]
         return None
 
 
-DELTA_EVENTS = {"reasoning": EventType.REASONING_DELTA, "code": EventType.CODE_DELTA}
+DELTA_EVENTS: dict[str, type[ReasoningDelta | CodeDelta]] = {"reasoning": ReasoningDelta, "code": CodeDelta}
 
 
 async def stream_program(ctx: RouteContext, program: Any, predictor: Any, fields: tuple[str, ...]) -> Any:
@@ -78,7 +78,7 @@ async def stream_program(ctx: RouteContext, program: Any, predictor: Any, fields
     async for chunk in streaming(**ctx.inputs):
         if isinstance(chunk, StreamResponse):
             if chunk.chunk:
-                ctx.trace.emit_in_iteration(DELTA_EVENTS[chunk.signature_field_name], {"text": chunk.chunk})
+                ctx.trace.emit_in_iteration(DELTA_EVENTS[chunk.signature_field_name](text=chunk.chunk))
         elif isinstance(chunk, dspy.Prediction):
             prediction = chunk
     if prediction is None:

@@ -13,14 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast, get_args
 
-from fleet_rlm.config import Mode
 from fleet_rlm.engine.budget import budget_error_in, one_line
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.direct import run_direct
 from fleet_rlm.engine.modes.flex import run_flex
 from fleet_rlm.engine.modes.rlm import run_rlm
-from fleet_rlm.engine.modes.triage import Route, triage
-from fleet_rlm.protocol.events import EventType
+from fleet_rlm.engine.modes.triage import triage
+from fleet_rlm.protocol.payloads import RouteSelected, TurnWarning
+from fleet_rlm.protocol.routes import Mode, Route
 
 MODES: tuple[str, ...] = get_args(Mode)
 ROUTES: dict[str, Callable[[RouteContext], str]] = {"direct": run_direct, "flex": run_flex, "rlm": run_rlm}
@@ -46,7 +46,7 @@ def select_route(ctx: RouteContext, mode: str) -> RouteChoice:
             "mode direct cannot see workspace files and this turn has files; use mode hybrid, rlm or flex"
         )
     choice = _triage(ctx) if mode == "hybrid" else RouteChoice(cast(Route, mode), f"mode {mode} was requested")
-    ctx.trace.emitter.emit(EventType.ROUTE_SELECTED, {"route": choice.route, "reason": choice.reason, "mode": mode})
+    ctx.trace.emitter.emit(RouteSelected(route=choice.route, reason=choice.reason, mode=cast(Mode, mode)))
     return choice
 
 
@@ -69,4 +69,4 @@ def _triage(ctx: RouteContext) -> RouteChoice:
 
 
 def _warn(ctx: RouteContext, message: str) -> None:
-    ctx.trace.emitter.emit(EventType.WARNING, {"message": message})
+    ctx.trace.emitter.emit(TurnWarning(message=message))

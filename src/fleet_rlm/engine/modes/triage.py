@@ -9,13 +9,12 @@ reply that is not a route is an error the caller turns into the ``rlm`` fallback
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import dspy
 
 from fleet_rlm.engine.modes.context import RouteContext
+from fleet_rlm.protocol.routes import Route
 
-Route = Literal["direct", "flex", "rlm"]
 HISTORY_CHARS = 2000
 MANIFEST_CHARS = 3000
 
