@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from fleet_rlm.engine.emitter import EventEmitter
-from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.protocol.events import Event
+from fleet_rlm.protocol.payloads import TurnWarning
 from fleet_rlm.service.writer import EventJournal
 from fleet_rlm.store import Database, Store
 from fleet_rlm.testing.faults import FailingCalls
@@ -34,7 +35,7 @@ def warnings_of(turn_id: str, count: int) -> list[Event]:
     events: list[Event] = []
     emitter = EventEmitter(turn_id, events.append)
     for i in range(count):
-        emitter.emit(EventType.WARNING, {"message": f"note {i}"})
+        emitter.emit(TurnWarning(message=f"note {i}"))
     return events
 
 
