@@ -40,11 +40,13 @@ def prints_on_both_streams(sandbox: LocalSandbox, observer: RecordingObserver) -
     [
         "import builtins\nbuiltins.len = None",
         "import builtins\nbuiltins.isinstance = lambda *args: False",
-        "import builtins\nfor name in ('str', 'repr', 'type', 'dict', 'list', 'next', 'KeyboardInterrupt'):\n"
+        "import builtins\nfor name in ('str', 'repr', 'type', 'dict', 'list', 'set', 'next', 'iter', 'compile',\n"
+        "             'exec', 'eval', 'memoryview', 'KeyboardInterrupt', 'TypeError', 'getattr', 'setattr'):\n"
         "    setattr(builtins, name, None)",
         "import builtins\nbuiltins.__import__ = None",
+        "del __builtins__",
     ],
-    ids=["len", "isinstance", "many", "import"],
+    ids=["len", "isinstance", "many", "import", "deleted"],
 )
 def test_changed_builtins_do_not_break_the_worker(sandbox: LocalSandbox, tampering: str) -> None:
     sandbox.execute("kept = 'before'\nimport builtins\noriginal = dict(vars(builtins))")
@@ -75,6 +77,13 @@ def test_replaced_standard_streams_are_put_back(sandbox: LocalSandbox, observer:
     assert sandbox.execute(code) is None  # within the execution, the code's own streams hold
     prints_on_both_streams(sandbox, observer)
     still_answers(sandbox)
+
+
+def test_patched_stream_methods_are_put_back(sandbox: LocalSandbox, observer: RecordingObserver) -> None:
+    code = "import sys\ncaptured = []\nsys.stdout.write = captured.append\nprint('caught')"
+    assert sandbox.execute(code) is None
+    assert sandbox.execute("print(captured)") == "['caught', '\\n']"
+    prints_on_both_streams(sandbox, observer)
 
 
 def test_closed_standard_streams_are_reopened(sandbox: LocalSandbox, observer: RecordingObserver) -> None:
@@ -147,4 +156,11 @@ def test_unrepresentable_values_are_errors_not_a_dead_worker(sandbox: LocalSandb
     with pytest.raises(CodeExecutionError, match=r"ValueError: no repr"):
         sandbox.execute("Odd()")
     sandbox.return_trailing_value = False
+    still_answers(sandbox)
+
+
+def test_code_too_deeply_nested_to_compile_is_a_syntax_error(sandbox: LocalSandbox) -> None:
+    sandbox.execute("kept = 'before'")
+    with pytest.raises(SyntaxError, match="could not be compiled"):
+        sandbox.execute("-" * 200_000 + "1")
     still_answers(sandbox)

@@ -46,6 +46,8 @@ else:
 # Bound once, so code that replaces os.write or os.getpid does not reach the worker's own calls.
 os_write, os_getpid, os_exit, os_dup2 = os.write, os.getpid, os._exit, os.dup2
 signal_set, set_timer, unblock_signals = _signal.signal, _signal.setitimer, _signal.pthread_sigmask
+make_json_encoder, encode_json_string = _json.make_encoder, _json.encode_basestring
+
 ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
 
 SIMPLE_TYPE_CHECKS: dict[str, tuple[type, ...]] = {
@@ -81,8 +83,8 @@ def refuse_value(value: object) -> None:
 
 def encode_json(value: Any) -> str:
     """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` without the json module's Python code."""
-    make = _json.make_encoder
-    return "".join(make({}, refuse_value, _json.encode_basestring, None, ":", ",", False, False, True)(value, 0))
+    encoder = make_json_encoder({}, refuse_value, encode_json_string, None, ":", ",", False, False, True)
+    return "".join(encoder(value, 0))
 
 
 def decode_json(text: str) -> Any:
@@ -258,6 +260,8 @@ class Session:
             self.namespace[name] = self._tool_proxy(name)
         self.output_fields = request.get("output_fields")
         self.namespace["SUBMIT"] = self.submit
+        # Were it deleted, exec would fill in the worker's private builtins, for the code to change.
+        self.namespace["__builtins__"] = builtins
         self._bind_variables(request)
 
     def _tool_proxy(self, name: str) -> Any:
@@ -333,6 +337,9 @@ class Session:
             tail = compile(AstExpression(last.value), filename, "eval") if last else None
         except SyntaxError as exc:
             return {"status": "syntax", "error": describe_syntax_error(exc), "line": exc.lineno}
+        except (MemoryError, RecursionError) as exc:  # nested too deeply for the parser or the compiler
+            error = f"the code could not be compiled: {type(exc).__name__} {message_of(exc)}".rstrip()
+            return {"status": "syntax", "error": error, "line": None}
         self.sources[filename] = code
         self.watchdog.arm(request.get("timeout"))
         try:
