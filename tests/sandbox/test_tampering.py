@@ -6,6 +6,8 @@ answers correctly and that what the code defined earlier is still there.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from dspy.primitives.code_interpreter import CodeExecutionError, FinalOutput
 
@@ -163,4 +165,16 @@ def test_code_too_deeply_nested_to_compile_is_a_syntax_error(sandbox: LocalSandb
     sandbox.execute("kept = 'before'")
     with pytest.raises(SyntaxError, match="could not be compiled"):
         sandbox.execute("-" * 200_000 + "1")
+    still_answers(sandbox)
+
+
+def test_a_signal_handler_raising_between_executions_is_ignored(sandbox: LocalSandbox) -> None:
+    code = (
+        "kept = 'before'\n"
+        "import os, signal, threading\n"
+        "signal.signal(signal.SIGUSR1, lambda *args: 1 / 0)\n"
+        "threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()"
+    )
+    sandbox.execute(code)
+    time.sleep(0.6)  # the signal arrives while the worker waits for the next command
     still_answers(sandbox)

@@ -555,7 +555,10 @@ class StandardStreams:
         for index, name in enumerate(self.NAMES):
             stream = self._streams[index]
             if stream.closed:
-                stream = self._streams[index] = self._reopen(index)
+                try:
+                    stream = self._streams[index] = self._reopen(index)
+                except Exception:  # out of memory, say: the reply matters more than the stream
+                    continue
             attributes = vars(stream)  # e.g. sys.stdout.write = capture, left behind
             attributes.clear()
             attributes.update(self._attributes[index])
@@ -582,6 +585,7 @@ def is_open(fd: int) -> bool:
 
 
 def next_command(channel: Channel) -> dict[str, Any] | None:
+    """The next command; a signal handler the code left behind that raises while the worker waits is ignored."""
     while True:
         try:
             return channel.commands.get()
