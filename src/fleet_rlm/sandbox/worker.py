@@ -8,25 +8,45 @@ reads directly, so output from subprocesses and C code is captured and streams w
 Code runs in the main thread, where a timer's signal can interrupt it at its deadline.
 Host tools are proxies that send a ``tool_call`` and wait for the matching reply; several threads
 may call tools at once.
+
+The code runs in this very process, so nothing it changes may reach the worker's own path (see
+docs/sandbox.md, "What the code cannot break"): the worker looks builtins up in a private copy,
+speaks JSON through the C codec directly, uses C-level threads, locks and queues, holds its own
+references to the functions it calls, keeps the protocol on private fds far above the code's, and
+after each execution puts back fds 0-2, the standard streams and the signal handlers it relies on.
 """
 
 from __future__ import annotations
 
-import _ast
+import _io
+import _json
+import _thread
 import builtins
 import errno
 import itertools
-import json
-import keyword
 import os
-import queue
-import signal
 import sys
-import threading
+from _ast import Expr as AstExpr
+from _ast import Expression as AstExpression
+from _queue import SimpleQueue
+from binascii import a2b_base64
+from keyword import iskeyword
+
+# Every function below looks names up in this copy, taken before any sandbox code runs: code that
+# sets builtins.len = None changes what it sees itself (and the standard library), not the worker.
+globals()["__builtins__"] = dict(vars(builtins))
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds of start-up, and start-up is on every sandbox's clock
+    import signal as _signal  # the same functions; _signal has no type stubs
     from typing import Any
+else:
+    import _signal  # signal itself wraps these in Python code (and imports enum)
+
+# Bound once, so code that replaces os.write or os.getpid does not reach the worker's own calls.
+os_write, os_getpid, os_exit, os_dup2 = os.write, os.getpid, os._exit, os.dup2
+signal_set, set_timer, unblock_signals = _signal.signal, _signal.setitimer, _signal.pthread_sigmask
+make_json_encoder, encode_json_string = _json.make_encoder, _json.encode_basestring
 
 ONLY_AST = 0x400  # ast.PyCF_ONLY_AST, without importing ast
 
@@ -42,7 +62,38 @@ SIMPLE_TYPE_CHECKS: dict[str, tuple[type, ...]] = {
 RESERVED_NAMES = frozenset({"SUBMIT", "__builtins__"})
 MAX_MESSAGE_CHARS = 2000
 MAX_LISTED_MODULES = 40
+PRIVATE_FD_CEILING = 1024  # the worker's own fds sit just below this (or the fd limit, if lower)
 STDLIB_FOR_DATA = ("csv", "json", "sqlite3", "statistics", "collections", "re", "math", "decimal", "datetime")
+
+
+class DecoderSettings:
+    """What the C scanner reads from a ``json.JSONDecoder``: its defaults (NaN and Infinity included)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.__getitem__
+
+
+def refuse_value(value: object) -> None:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def encode_json(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` without the json module's Python code."""
+    encoder = make_json_encoder({}, refuse_value, encode_json_string, None, ":", ",", False, False, True)
+    return "".join(encoder(value, 0))
+
+
+def decode_json(text: str) -> Any:
+    """One JSON value at the start of ``text`` (protocol lines hold exactly one)."""
+    return scan_json(text, 0)[0]
+
+
+# Shared by the threads: a scan holds the GIL from start to end (its settings call no Python code).
+scan_json = _json.make_scanner(DecoderSettings())  # type: ignore[arg-type]
 
 
 class Submission(BaseException):
@@ -58,7 +109,7 @@ class Waiter:
     __slots__ = ("_lock", "reply")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._lock.acquire()
         self.reply: dict[str, Any] | None = None
 
@@ -77,18 +128,18 @@ class Channel:
     def __init__(self, cmd_fd: int, reply_fd: int) -> None:
         self._reader = os.fdopen(cmd_fd, "rb")
         self._reply_fd = reply_fd
-        self._send_lock = threading.Lock()
+        self._send_lock = _thread.allocate_lock()
         self._pending: dict[int, Waiter] = {}
-        self._pending_lock = threading.Lock()
+        self._pending_lock = _thread.allocate_lock()
         self._ids = itertools.count(1)
-        self.commands: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self.owner_pid = os.getpid()
-        threading.Thread(target=self._read, name="fleet-channel", daemon=True).start()
+        self.commands: SimpleQueue[dict[str, Any] | None] = SimpleQueue()
+        self.owner_pid = os_getpid()
+        _thread.start_new_thread(self._read, ())
 
     def _read(self) -> None:
         try:
             for line in self._reader:
-                message = json.loads(line.decode("utf-8", "surrogatepass"))
+                message = decode_json(line.decode("utf-8", "surrogatepass"))
                 if message.get("type") in ("tool_result", "tool_error"):
                     with self._pending_lock:
                         waiter = self._pending.pop(message.get("id"), None)
@@ -111,10 +162,10 @@ class Channel:
         view = memoryview(data)
         with self._send_lock:
             while view:
-                view = view[os.write(self._reply_fd, view) :]
+                view = view[os_write(self._reply_fd, view) :]
 
     def call_tool(self, execution: int, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if os.getpid() != self.owner_pid:
+        if os_getpid() != self.owner_pid:
             raise RuntimeError(f"host tool {name!r} can only be called from the sandbox's main process")
         call_id = next(self._ids)
         request = {"type": "tool_call", "id": call_id, "execution": execution, "name": name, "args": args}
@@ -140,26 +191,41 @@ class Channel:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
-    return text.encode("utf-8", "surrogatepass") + b"\n"
+    return encode_json(message).encode("utf-8", "surrogatepass") + b"\n"
 
 
 class Watchdog:
     """Interrupts running code at its deadline: a real-time timer whose SIGALRM raises
-    KeyboardInterrupt in the main thread, where the code runs (one syscall to arm, no thread)."""
+    KeyboardInterrupt in the main thread, where the code runs (one syscall to arm, no thread).
+
+    Before each execution the signal handling the worker relies on is put back, whatever earlier
+    code did with it: this handler for SIGALRM, unblocked, and SIGPIPE and SIGXFSZ as Python set
+    them (ignored, so a write past the file size limit is an OSError rather than the worker's end)."""
 
     def __init__(self) -> None:
         self.running_user_code = False
         self.fired = False
-        signal.signal(signal.SIGALRM, self._on_alarm)
+        self._handlers: dict[int, Any] = {_signal.SIGALRM: self._on_alarm}
+        for signum in (_signal.SIGPIPE, _signal.SIGXFSZ):
+            handler = _signal.getsignal(signum)
+            if handler is not None:
+                self._handlers[signum] = handler
+        self._signals = tuple(self._handlers)
+        self.restore_signals()
+
+    def restore_signals(self) -> None:
+        for signum, handler in self._handlers.items():
+            signal_set(signum, handler)
+        unblock_signals(_signal.SIG_UNBLOCK, self._signals)
 
     def arm(self, timeout: float | None) -> None:
         self.fired = False
+        self.restore_signals()
         if timeout:
-            signal.setitimer(signal.ITIMER_REAL, timeout)
+            set_timer(_signal.ITIMER_REAL, timeout)
 
     def disarm(self) -> None:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        set_timer(_signal.ITIMER_REAL, 0)
 
     def _on_alarm(self, signum: int, frame: object) -> None:
         # Only while user code runs: the deadline landing in the worker's own bookkeeping is ignored.
@@ -181,7 +247,7 @@ class Session:
         self.held: dict[str, tuple[bool, Any]] = {}  # name -> (is_json_text, value)
         self.execution = 0
         self.sources: dict[str, str] = {}  # per execution, so tracebacks can show the lines
-        self.pid = os.getpid()
+        self.pid = os_getpid()
         self.namespace["SUBMIT"] = self.submit
 
     # -- per-execution setup -------------------------------------------------------------------
@@ -194,6 +260,8 @@ class Session:
             self.namespace[name] = self._tool_proxy(name)
         self.output_fields = request.get("output_fields")
         self.namespace["SUBMIT"] = self.submit
+        # Were it deleted, exec would fill in the worker's private builtins, for the code to change.
+        self.namespace["__builtins__"] = builtins
         self._bind_variables(request)
 
     def _tool_proxy(self, name: str) -> Any:
@@ -208,18 +276,16 @@ class Session:
             self.held.pop(name, None)
         fresh: dict[str, Any] = dict(request.get("variables", {}))
         for name, encoded in request.get("bytes_variables", {}).items():
-            import base64
-
-            fresh[name] = base64.b64decode(encoded)
+            fresh[name] = a2b_base64(encoded)
         for name, value in fresh.items():
             mutable = isinstance(value, (list, dict))
             # Mutable inputs are kept as JSON text so every execution starts from the value the host
             # sent, as if it had been resent, even when earlier code mutated it in place.
-            self.held[name] = (True, json.dumps(value)) if mutable else (False, value)
+            self.held[name] = (True, encode_json(value)) if mutable else (False, value)
             self.namespace[name] = value
         for name in request.get("reuse", ()):
             is_text, value = self.held[name]
-            self.namespace[name] = json.loads(value) if is_text else value
+            self.namespace[name] = decode_json(value) if is_text else value
 
     # -- SUBMIT ---------------------------------------------------------------------------------
 
@@ -228,7 +294,7 @@ class Session:
         if fields is None:
             if len(args) != 1 or kwargs:
                 raise TypeError("SUBMIT takes exactly one value")
-            raise Submission({"output": args[0]})
+            raise Submission({"output": jsonable(args[0])})
         names = [field["name"] for field in fields]
         usage = f"SUBMIT({', '.join(names)})"
         if args and kwargs:
@@ -251,7 +317,8 @@ class Session:
                 raise TypeError(
                     f"SUBMIT field {field['name']!r} must be {expected}, got {type(value).__name__}: {shown}"
                 )
-        raise Submission(values)
+        # Converted here, in the code's own call and under its deadline: a failing __repr__ is its error.
+        raise Submission({name: jsonable(value) for name, value in values.items()})
 
     # -- running code ---------------------------------------------------------------------------
 
@@ -265,11 +332,14 @@ class Session:
         code: str = request["code"]
         try:
             tree = compile(code, filename, "exec", ONLY_AST)
-            last = tree.body.pop() if tree.body and isinstance(tree.body[-1], _ast.Expr) else None
+            last = tree.body.pop() if tree.body and isinstance(tree.body[-1], AstExpr) else None
             body = compile(tree, filename, "exec")
-            tail = compile(_ast.Expression(last.value), filename, "eval") if last else None
+            tail = compile(AstExpression(last.value), filename, "eval") if last else None
         except SyntaxError as exc:
             return {"status": "syntax", "error": describe_syntax_error(exc), "line": exc.lineno}
+        except (MemoryError, RecursionError) as exc:  # nested too deeply for the parser or the compiler
+            error = f"the code could not be compiled: {type(exc).__name__} {message_of(exc)}".rstrip()
+            return {"status": "syntax", "error": error, "line": None}
         self.sources[filename] = code
         self.watchdog.arm(request.get("timeout"))
         try:
@@ -278,8 +348,8 @@ class Session:
             outcome = {"status": "timeout"}
         finally:
             self.watchdog.disarm()
-        if os.getpid() != self.pid:  # a fork of the worker finished running the code: it must not reply
-            os._exit(0 if outcome["status"] in ("ok", "final") else 1)
+        if os_getpid() != self.pid:  # a fork of the worker finished running the code: it must not reply
+            os_exit(0 if outcome["status"] in ("ok", "final") else 1)
         return outcome
 
     def _run(self, body: Any, tail: Any, return_value: bool) -> dict[str, Any]:
@@ -287,17 +357,17 @@ class Session:
         try:
             watchdog.running_user_code = True
             exec(body, self.namespace)
+            outcome: dict[str, Any] = {"status": "ok"}
             value = eval(tail, self.namespace) if tail is not None else None
+            if value is not None and return_value:  # as DSPy's interpreters do
+                outcome["value"] = jsonable(value)
+            elif value is not None:  # like a REPL: show the value of a trailing expression
+                sys.stdout.write(repr(value) + "\n")
             watchdog.running_user_code = False
-            if value is None:
-                return {"status": "ok"}
-            if return_value:  # as DSPy's interpreters do
-                return {"status": "ok", "value": jsonable(value)}
-            sys.stdout.write(repr(value) + "\n")  # like a REPL: show the value of a trailing expression
-            return {"status": "ok"}
+            return outcome
         except Submission as submission:
             watchdog.running_user_code = False
-            return {"status": "final", "value": {k: jsonable(v) for k, v in submission.value.items()}}
+            return {"status": "final", "value": submission.value}
         except KeyboardInterrupt as exc:
             watchdog.running_user_code = False
             if watchdog.fired:
@@ -316,20 +386,27 @@ class Session:
             if tb.tb_frame.f_code.co_filename == current:
                 line = tb.tb_lineno
             tb = tb.tb_next
-        try:
-            message = str(exc)
-        except Exception:  # a guest exception whose __str__ fails
-            message = ""
         return {
             "status": "error",
             "error": self.describe(exc),
             "error_type": type(exc).__name__,
-            "message": message[:MAX_MESSAGE_CHARS],
+            "message": message_of(exc)[:MAX_MESSAGE_CHARS],
             "line": line,
         }
 
     def describe(self, exc: BaseException) -> str:
         """A traceback of the user's frames only, with a hint when a sandbox limit was hit."""
+        try:
+            text = self._formatted(exc)
+        except BaseException:  # the code broke what traceback needs (builtins, sys.modules): a plain one
+            text = self._plain(exc)
+        try:
+            hint = self._limit_hint(exc)
+        except BaseException:
+            hint = None
+        return f"{text}\n({hint})" if hint else text
+
+    def _formatted(self, exc: BaseException) -> str:
         import linecache
         import traceback
 
@@ -339,16 +416,30 @@ class Session:
         user_frames = [frame for frame in frames if frame.filename != __file__]
         lines = traceback.format_list(user_frames)
         text = "".join(["Traceback (most recent call last):\n", *lines] if lines else [])
-        text += "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
-        hint = self._limit_hint(exc)
-        return f"{text}\n({hint})" if hint else text
+        return text + "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+
+    def _plain(self, exc: BaseException) -> str:
+        """The traceback without the traceback module: each frame of the code with its line."""
+        lines = []
+        tb = exc.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code.co_filename != __file__:
+                lines.append(f'  File "{code.co_filename}", line {tb.tb_lineno}, in {code.co_name}\n')
+                source = self.sources.get(code.co_filename, "").splitlines()
+                if 0 < (tb.tb_lineno or 0) <= len(source):
+                    lines.append(f"    {source[tb.tb_lineno - 1].strip()}\n")
+            tb = tb.tb_next
+        head = "Traceback (most recent call last):\n" if lines else ""
+        message = message_of(exc)
+        return f"{head}{''.join(lines)}{type(exc).__name__}{': ' if message else ''}{message}"
 
     def _limit_hint(self, exc: BaseException) -> str | None:
         if isinstance(exc, ModuleNotFoundError) and exc.name:
             return missing_module_hint(exc.name)
         if isinstance(exc, MemoryError):
             return f"the sandbox memory limit is {self.limits.get('memory_mb', '?')} MB"
-        if (isinstance(exc, OSError) and exc.errno == errno.EAGAIN) or "can't start new thread" in str(exc):
+        if (isinstance(exc, OSError) and exc.errno == errno.EAGAIN) or "can't start new thread" in message_of(exc):
             return f"the sandbox may run at most {self.limits.get('max_processes', '?')} processes and threads"
         if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
             return f"the sandbox file size limit is {self.limits.get('max_file_size_mb', '?')} MB"
@@ -375,6 +466,13 @@ def missing_module_hint(name: str) -> str:
     return "; ".join(parts)
 
 
+def message_of(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # a guest exception whose __str__ fails
+        return ""
+
+
 def describe_syntax_error(exc: SyntaxError) -> str:
     where = f"line {exc.lineno}" if exc.lineno else "unknown line"
     text = (exc.text or "").rstrip()
@@ -383,9 +481,9 @@ def describe_syntax_error(exc: SyntaxError) -> str:
 
 def jsonable(value: Any) -> Any:
     try:
-        json.dumps(value)
+        encode_json(value)
         return value
-    except (TypeError, ValueError):
+    except Exception:  # not JSON (or too deeply nested): its repr, which may raise in the code's face
         return repr(value)
 
 
@@ -403,25 +501,119 @@ def parse_arguments(argv: list[str]) -> dict[str, str]:
 
 def validate_request(request: dict[str, Any]) -> None:
     names = list(request["tools"]) + list(request.get("variables", {})) + list(request.get("bytes_variables", {}))
-    bad = [n for n in names if not n.isidentifier() or keyword.iskeyword(n) or n in RESERVED_NAMES]
+    bad = [n for n in names if not n.isidentifier() or iskeyword(n) or n in RESERVED_NAMES]
     if bad:
         raise ValueError(f"invalid names: {bad!r}")
+
+
+class PrivateFds:
+    """Where the worker keeps fds of its own: just below the fd limit (at most 1024), far above any the
+    code opens, so code that closes low fds wholesale (``os.closerange(3, 256)``) leaves them alone."""
+
+    def __init__(self) -> None:
+        limit = os.sysconf("SC_OPEN_MAX")
+        self._next = min(limit if limit > 0 else PRIVATE_FD_CEILING, PRIVATE_FD_CEILING) - 1
+
+    def copy(self, fd: int) -> int:
+        """A close-on-exec copy of ``fd`` on a private number."""
+        while self._next > fd and is_open(self._next):
+            self._next -= 1
+        if self._next <= fd:  # no room above: wherever the kernel puts it
+            return os.dup(fd)
+        self._next -= 1
+        return os_dup2(fd, self._next + 1, inheritable=False)
+
+    def move(self, fd: int) -> int:
+        moved = self.copy(fd)
+        os.close(fd)
+        return moved
+
+
+class StandardStreams:
+    """fds 0-2 and ``sys.stdin/stdout/stderr`` as the worker started, put back after each execution.
+
+    Code may close them, ``dup2`` a file over them, replace the ``sys`` objects or patch their
+    methods: that holds for the rest of its execution, and the next one starts with the host's pipes
+    again (the worker keeps copies on private fds) and streams that write to them."""
+
+    NAMES = ("stdin", "stdout", "stderr")
+
+    def __init__(self, private: PrivateFds) -> None:
+        for stream in (sys.stdout, sys.stderr):  # whole lines reach the host as soon as they are printed
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        self._fds = [(fd, private.copy(fd)) for fd in (0, 1, 2)]
+        self._streams: list[Any] = [getattr(sys, name) for name in self.NAMES]
+        self._formats = [(stream.encoding, stream.errors) for stream in self._streams]
+        self._attributes = [dict(vars(stream)) for stream in self._streams]
+
+    def restore(self) -> None:
+        for fd, copy in self._fds:  # always: a file dup2-ed over fd 0 may even be the same /dev/null
+            try:  # noqa: SIM105 - contextlib is not imported, to keep start-up short
+                os_dup2(copy, fd)
+            except OSError:
+                pass
+        for index, name in enumerate(self.NAMES):
+            stream = self._streams[index]
+            if stream.closed:
+                try:
+                    stream = self._streams[index] = self._reopen(index)
+                except Exception:  # out of memory, say: the reply matters more than the stream
+                    continue
+            attributes = vars(stream)  # e.g. sys.stdout.write = capture, left behind
+            attributes.clear()
+            attributes.update(self._attributes[index])
+            setattr(sys, name, stream)
+            setattr(sys, f"__{name}__", stream)
+        for stream in self._streams[1:]:
+            try:  # noqa: SIM105
+                stream.flush()
+            except Exception:
+                pass
+
+    def _reopen(self, index: int) -> Any:
+        encoding, errors = self._formats[index]
+        mode, buffering = ("r", -1) if index == 0 else ("w", 1)
+        return _io.open(index, mode, buffering, encoding, errors, closefd=False)
+
+
+def is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def next_command(channel: Channel) -> dict[str, Any] | None:
+    """The next command; a signal handler the code left behind that raises while the worker waits is ignored."""
+    while True:
+        try:
+            return channel.commands.get()
+        except BaseException:
+            continue
+
+
+def encode_result(outcome: dict[str, Any], execution: int) -> bytes:
+    outcome.update(type="result", execution=execution)
+    try:
+        return encode(outcome)
+    except Exception as exc:  # e.g. a value the code changed after SUBMIT checked it
+        error = f"{type(exc).__name__}: {message_of(exc)}"
+        failed = {"status": "error", "error": f"the result could not be sent: {error}", "line": None}
+        return encode({**failed, "type": "result", "execution": execution, "error_type": type(exc).__name__})
 
 
 def main() -> None:
     arguments = parse_arguments(sys.argv[1:])
     if "uid" in arguments:
         drop_privileges(int(arguments["uid"]), int(arguments["gid"]))
-    for stream in (sys.stdout, sys.stderr):  # whole lines reach the host as soon as they are printed
-        stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    cmd_fd, reply_fd = int(arguments["cmd_fd"]), int(arguments["reply_fd"])
-    for fd in (cmd_fd, reply_fd):
-        os.set_inheritable(fd, False)
-    channel = Channel(cmd_fd, reply_fd)
+    private = PrivateFds()
+    streams = StandardStreams(private)
+    channel = Channel(private.move(int(arguments["cmd_fd"])), private.move(int(arguments["reply_fd"])))
     session = Session(channel, arguments)
     channel.send({"type": "ready", "pid": os.getpid(), "uid": os.getuid()})
     while True:
-        request = channel.commands.get()
+        request = next_command(channel)
         if request is None or request["type"] == "shutdown":
             return
         if request["type"] == "protocol_error":
@@ -433,17 +625,8 @@ def main() -> None:
         except Exception as exc:
             channel.send({"type": "fatal", "error": f"{type(exc).__name__}: {exc}"})
             return
-        outcome.update(type="result", execution=request["execution"])
-        flush_output()
-        channel.send(outcome)
-
-
-def flush_output() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:  # noqa: SIM105 - contextlib is not imported, to keep start-up short
-            stream.flush()
-        except Exception:
-            pass
+        streams.restore()
+        channel.send_encoded(encode_result(outcome, request["execution"]))
 
 
 if __name__ == "__main__":
