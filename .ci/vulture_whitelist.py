@@ -85,3 +85,10 @@ _.root_calls
 _.sub_calls
 _.child_calls
 _.schema_version
+
+# sandbox.worker: attributes the C JSON scanner (_json.make_scanner) reads off its context object.
+_.object_hook
+_.object_pairs_hook
+_.parse_float
+_.parse_int
+_.parse_constant
