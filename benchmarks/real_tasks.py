@@ -15,7 +15,8 @@ checks the answer. The routes:
   same model, the same task text and iteration budget, run in a directory holding the same ``files/``.
 
 An answer counts as claimed when the turn completed and did not flag it as unverified (source
-``submitted``, ``direct`` or ``module``); ``wrong but claimed`` counts the claimed answers that are wrong.
+``submitted`` or ``direct``; ``extracted`` and flex's ``module`` answers are flagged); ``wrong but claimed``
+counts the claimed answers that are wrong.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 
 ROUTES = ("rlm", "flex", "direct", "baseline")
-CLAIMED = ("submitted", "direct", "module")
+CLAIMED = ("submitted", "direct")  # completed and not flagged unverified (extracted and module answers are)
 OUTCOMES = ("submitted", "extracted", "direct", "module", "incomplete", "failed", "refused", "cancelled")
 
 
@@ -126,7 +127,7 @@ def trace_line(event: Event) -> str | None:
 def fleet_result(task: Task, route: str, outcome: TurnOutcome, seconds: float) -> Result:
     usage = outcome.usage
     if outcome.status == "completed":
-        kind = "extracted" if outcome.unverified else str(outcome.answer_source)
+        kind = str(outcome.answer_source)
     elif outcome.route is None and "cannot see workspace files" in (outcome.error or ""):
         kind = "refused"
     else:

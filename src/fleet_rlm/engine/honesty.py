@@ -65,6 +65,11 @@ UNVERIFIED_REASON = (
     "the work so far and was not checked by running code"
 )
 
+MODULE_UNVERIFIED_REASON = (
+    "the flex module's model read the input files' text and answered in one pass; no code computed or "
+    "checked this answer"
+)
+
 
 def could_not_compute(reason: str) -> str:
     """The answer of an ``incomplete`` turn: it says plainly that there is no result, and why."""

@@ -23,7 +23,13 @@ from fleet_rlm.config import Settings
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.delegation import Delegation
 from fleet_rlm.engine.emitter import EventEmitter
-from fleet_rlm.engine.honesty import UNVERIFIED_REASON, LoopGuard, could_not_compute, incomplete_in
+from fleet_rlm.engine.honesty import (
+    MODULE_UNVERIFIED_REASON,
+    UNVERIFIED_REASON,
+    LoopGuard,
+    could_not_compute,
+    incomplete_in,
+)
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM, build_lm
 from fleet_rlm.engine.modes.context import RouteContext
@@ -250,9 +256,12 @@ class Turn:
             return TurnOutcome(
                 TurnStatus.COMPLETED, answer, answer_source="extracted", unverified_reason=UNVERIFIED_REASON
             )
-        return TurnOutcome(
-            TurnStatus.COMPLETED, answer, answer_source=ROUTE_ANSWER_SOURCE.get(choice.route, "submitted")
-        )
+        source = ROUTE_ANSWER_SOURCE.get(choice.route, "submitted")
+        if source == "module":
+            return TurnOutcome(
+                TurnStatus.COMPLETED, answer, answer_source=source, unverified_reason=MODULE_UNVERIFIED_REASON
+            )
+        return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source)
 
     def _delegation(self) -> Delegation:
         return Delegation(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from dspy.primitives.code_interpreter import CodeExecutionError, FinalOutput
 
+from fleet_rlm.engine.honesty import MODULE_UNVERIFIED_REASON
 from fleet_rlm.engine.modes import select
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.flex import ValueReturningSandbox, run_flex
@@ -60,6 +61,10 @@ def test_the_flex_module_runs_in_the_sandbox_not_the_host(
     assert "probe running" in run.output_text()  # the sandbox observer saw the module's output
     assert "Probe" in prompt(harness.server.model.requests_for("root")[0])
     assert run.outcome.usage["root_calls"] == 1
+    # Nothing computed the module's answer: it is flagged, as an extracted one is.
+    assert run.outcome.answer_source == "module"
+    assert run.outcome.unverified_reason == MODULE_UNVERIFIED_REASON
+    assert run.of(EventType.TURN_COMPLETED)[-1].data["unverified"] is True
 
 
 def test_flex_module_errors_fail_the_turn_with_the_sandbox_traceback(
