@@ -48,7 +48,10 @@ def _rlm(server: ScriptedModelServer) -> None:
     server.script(
         "root",
         Reply(text=first, delay=0.5),  # a quiet stream gets heartbeats
-        rlm_step("Save it.", "open('artifacts/out.txt', 'w').write('ok')\nSUBMIT(answer='saved')"),
+        rlm_step(
+            "Save it.",
+            "open('artifacts/out.txt', 'w').write('ok')\nremember('out.txt says ok', 'saved it')\nSUBMIT(answer='saved')",
+        ),
     )
 
 
@@ -104,6 +107,7 @@ SCENARIOS = [
                 E.TOOL_FINISHED,
                 E.EXECUTION_FAILED,
                 E.ARTIFACT_CREATED,
+                E.MEMORY_PROPOSED,
                 E.TURN_COMPLETED,
                 E.HEARTBEAT,
             }

@@ -17,19 +17,44 @@ pytestmark = pytest.mark.anyio
 async def run_turn(service: FleetService, model_server: ScriptedModelServer) -> str:
     await service.create_session(name="orig", title="Original", settings={"max_iterations": 5})
     await service.upload_file("orig", "in.csv", io.BytesIO(b"a,b\n1,2\n"))
-    code = "open('artifacts/out.txt','w').write('result')\nopen('memory/m.md','w').write('remember')\nSUBMIT(answer='made it')"
+    code = (
+        "open('artifacts/out.txt','w').write('result')\n"
+        "for text in ('north leads', 'south trails', 'ignore me'):\n    remember(text, 'summed revenue')\n"
+        "SUBMIT(answer='made it')"
+    )
     model_server.script("root", rlm_step("Make.", code))
     turn, _ = await service.submit_turn("orig", TurnSubmission(message="make things"))
     assert (await service.wait_for_turn(turn.id)).status == "completed"
     return turn.id
 
 
+async def review(service: FleetService) -> dict[str, str]:
+    """Approve 'north leads', reject 'ignore me', leave 'south trails' pending; entry ids by text."""
+    ids = {entry.text: entry.id for entry in await service.memory.entries()}
+    await service.memory.approve(ids["north leads"])
+    await service.memory.reject(ids["ignore me"])
+    return ids
+
+
+def manifest_of(archive: bytes) -> dict:
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        return dict(json.load(tar.extractfile("manifest.json")))  # type: ignore[arg-type]
+
+
 async def test_export_then_import_restores_history_events_and_files_under_new_ids(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
     turn_id = await run_turn(service, model_server)
+    ids = await review(service)
     archive = io.BytesIO()
     await service.export_session("orig", archive)
+    exported = manifest_of(archive.getvalue())
+    assert exported["version"] == 2
+    assert [(m["text"], m["status"], m["turn_position"]) for m in exported["memory"]] == [
+        ("north leads", "approved", 1),
+        ("south trails", "pending", 1),
+    ]  # what the person rejected does not travel
+    await service.memory.delete(ids["south trails"])
 
     with pytest.raises(Conflict):
         await service.import_session(io.BytesIO(archive.getvalue()))
@@ -55,9 +80,16 @@ async def test_export_then_import_restores_history_events_and_files_under_new_id
     _, blob = await service.file_for_download("copy", "artifacts/out.txt")
     assert blob.read_bytes() == b"result"
 
-    model_server.script("root", rlm_step("Read memory.", "SUBMIT(answer=open('memory/m.md').read())"))
+    # An archive is outside data: its memory waits for review again, unless memory already holds it.
+    [restored] = await service.memory.entries(session="copy")
+    assert (restored.text, restored.why, restored.status) == ("south trails", "summed revenue", "pending")
+    assert restored.turn_id == new_turn.id and restored.id != ids["south trails"]
+    assert [e.text for e in await service.memory.entries(status="approved")] == ["north leads"]
+
+    model_server.script("root", rlm_step("Read memory.", "SUBMIT(answer=open('memory/MEMORIES.md').read())"))
     follow_up, _ = await service.submit_turn("copy", TurnSubmission(message="what do you remember?"))
-    assert (await service.wait_for_turn(follow_up.id)).answer == "remember"
+    answer = (await service.wait_for_turn(follow_up.id)).answer or ""
+    assert "- north leads" in answer and "south trails" not in answer
 
 
 async def test_a_tampered_or_foreign_archive_is_refused_and_leaves_nothing(
@@ -135,3 +167,25 @@ async def test_an_archive_out_of_order_or_with_unlisted_data_is_refused(service:
         assert refused.value.code == "invalid_archive" and says in refused.value.message, refused.value.message
     assert await service.store.list_sessions() == []
     assert service.blobs.session_ids() == set()
+
+
+@pytest.mark.parametrize(
+    ("memory", "says"),
+    [
+        ("not a list", "must be a list"),
+        ([{"text": "x"}] * 1001, "at most 1000 entries"),
+        ([{"text": "a\u0000b"}], "memory entry 1 of the archive: text contains the control character"),
+        ([{"text": "x" * 1001}], "text is 1001 characters long; the most is 1000"),
+        ([{"text": "fine", "why": 7}], "why must be a string"),
+        ([{"why": "no text"}], "malformed"),
+    ],
+)
+async def test_archived_memory_is_checked_like_a_turns_proposal(
+    service: FleetService, memory: object, says: str
+) -> None:
+    manifest = json.loads(_manifest())
+    manifest.update(version=2, memory=memory)
+    with pytest.raises(Invalid) as refused:
+        await service.import_session(_archive({"manifest.json": json.dumps(manifest).encode()}))
+    assert refused.value.code == "invalid_archive" and says in refused.value.message, refused.value.message
+    assert await service.store.list_sessions() == [] and await service.memory.entries() == []

@@ -46,7 +46,7 @@ async def test_turn_runs_commits_answer_artifact_and_events(
     assert [e.seq for e in stored] == [e.seq for e in events]
 
 
-async def test_next_turn_gets_history_and_can_rewrite_earlier_artifacts_and_memory(
+async def test_next_turn_gets_history_and_can_rewrite_earlier_artifacts_but_keeps_no_memory_files(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
     await service.create_session(name="s")
@@ -56,19 +56,19 @@ async def test_next_turn_gets_history_and_can_rewrite_earlier_artifacts_and_memo
     assert (await service.wait_for_turn(first.id)).status == "completed"
 
     append = (
-        "open('artifacts/log.txt','a').write('two\\n')\n"
-        "SUBMIT(answer=open('artifacts/log.txt').read() + open('memory/notes.md').read())"
+        "import os\nopen('artifacts/log.txt','a').write('two\\n')\n"
+        "SUBMIT(answer=open('artifacts/log.txt').read() + str(os.listdir('memory')))"
     )
     model_server.script("root", rlm_step("Append.", append))
     second, _ = await service.submit_turn("s", TurnSubmission(message="add to the log"))
     done = await service.wait_for_turn(second.id)
     assert done.status == "completed", done.error
-    assert done.answer == "one\ntwo\nn1"
+    assert done.answer == "one\ntwo\n[]"  # memory is reviewed: what a turn writes under memory/ is not kept
     prompt = str(model_server.model.requests_for("root")[-1]["messages"])
     assert "start a log" in prompt and "first done" in prompt
     files = {r.path: r for r, _ in await service.list_files("s")}
     assert files["artifacts/log.txt"].sha256 == hashlib.sha256(b"one\ntwo\n").hexdigest()
-    assert files["memory/notes.md"].origin == "memory"
+    assert not [path for path in files if path.startswith("memory/")]
 
 
 async def test_failed_turn_leaves_the_session_files_as_they_were(

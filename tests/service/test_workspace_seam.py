@@ -1,5 +1,5 @@
-"""The service moves a session's files into a turn's workspace and its results out only through the
-backend's push/pull seam, with the backend chosen by ``sandbox_backend``."""
+"""The service moves a session's files and the approved memory into a turn's workspace and its results
+out only through the backend's push/pull seam, with the backend chosen by ``sandbox_backend``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.anyio
 WRITE = (
     "import os\nrows = open('files/data/sales.csv').read().splitlines()\n"
     "open('artifacts/count.txt', 'w').write(str(len(rows)))\nopen('memory/seen.md', 'w').write('sales')\n"
-    "os.symlink('/etc/passwd', 'artifacts/passwd')\nSUBMIT(answer=str(len(rows)))"
+    "os.symlink('/etc/passwd', 'artifacts/passwd')\nSUBMIT(answer=str(len(rows)) + open('memory/MEMORIES.md').read())"
 )
 
 
@@ -34,18 +34,22 @@ async def test_files_cross_into_and_out_of_the_sandbox_through_the_configured_ba
     try:
         await service.create_session(name="s")
         await service.upload_file("s", "data/sales.csv", io.BytesIO(b"a\nb\nc\n"))
+        entry, _ = await service.store.propose_memory(
+            "rows are lines", "", session_id=None, turn_id=None, max_pending=9
+        )
+        await service.memory.approve(entry.id)
         model_server.script("root", rlm_step("Count.", WRITE))
         turn, _ = await service.submit_turn("s", TurnSubmission(message="count"))
         done = await service.wait_for_turn(turn.id)
         assert done.status == "completed", done.error
-        assert done.answer == "3"
+        assert done.answer is not None and done.answer.startswith("3# Memory") and "- rows are lines" in done.answer
 
         backend = service.backend
         assert isinstance(backend, SeamRecordingBackend)
-        assert backend.seam.pushed == ["files/data/sales.csv"]
-        assert sorted(backend.seam.pulled) == ["artifacts/count.txt", "memory/seen.md"]  # never the link
+        assert backend.seam.pushed == ["files/data/sales.csv", "memory/MEMORIES.md"]
+        assert backend.seam.pulled == ["artifacts/count.txt"]  # never the link, nor memory/ (reviewed only)
         files = {record.path for record, _ in await service.list_files("s")}
-        assert files == {"files/data/sales.csv", "artifacts/count.txt", "memory/seen.md"}
+        assert files == {"files/data/sales.csv", "artifacts/count.txt"}
         _, blob = await service.file_for_download("s", "artifacts/count.txt")
         assert blob.read_bytes() == b"3"
     finally:

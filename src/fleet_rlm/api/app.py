@@ -20,7 +20,7 @@ from fleet_rlm.api.body_limits import BodyLimitMiddleware, route_limits
 from fleet_rlm.api.errors import install_error_handlers
 from fleet_rlm.api.hosts import HostCheckMiddleware
 from fleet_rlm.api.origins import OriginCheckMiddleware
-from fleet_rlm.api.routes import files, health, sessions, turns
+from fleet_rlm.api.routes import files, health, memory, sessions, turns
 from fleet_rlm.api.tickets import TicketBook
 from fleet_rlm.config import Settings
 from fleet_rlm.service.service import FleetService
@@ -63,7 +63,7 @@ def create_app(settings: Settings, service: FleetService | None = None) -> FastA
     install_error_handlers(app)
     contract.install(app)
     api = APIRouter(prefix=API_PREFIX, dependencies=[Depends(require_token)])
-    for module in (health, sessions, files, turns, docs):
+    for module in (health, sessions, files, turns, memory, docs):
         api.include_router(module.router)
     app.include_router(api)
     return app

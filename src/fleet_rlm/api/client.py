@@ -161,6 +161,29 @@ class FleetClient:
     def download(self, ref: str, path: str) -> bytes:
         return _check(self.http.get(f"/sessions/{ref}/files/{path}")).content
 
+    # Memory -----------------------------------------------------------------------------------
+
+    def memories(self, *, status: str | None = None, session: str | None = None) -> list[dict[str, Any]]:
+        """Every memory entry (of ``status``, proposed in ``session``, when given), oldest proposal first."""
+        found: list[dict[str, Any]] = []
+        offset: int | None = 0
+        filters = {k: v for k, v in {"status": status, "session": session}.items() if v is not None}
+        while offset is not None:
+            page = self._json("GET", "/memory", params={**filters, "limit": 500, "offset": offset})
+            found.extend(page["items"])
+            offset = page["next_offset"]
+        return found
+
+    def approve_memory(self, entry_id: str, text: str | None = None) -> dict[str, Any]:
+        body = {"text": text} if text is not None else None
+        return dict(self._json("POST", f"/memory/{entry_id}/approve", json=body))
+
+    def reject_memory(self, entry_id: str) -> dict[str, Any]:
+        return dict(self._json("POST", f"/memory/{entry_id}/reject"))
+
+    def delete_memory(self, entry_id: str) -> None:
+        _check(self.http.delete(f"/memory/{entry_id}"))
+
     # Turns ------------------------------------------------------------------------------------
 
     def submit_turn(

@@ -49,6 +49,7 @@ _STATUS_OF_CODE = {
     "idempotency_key_reused": 422,
     "invalid_settings": 422,
     "invalid_request": 422,
+    "invalid_memory_text": 422,
     "archive_too_large": 413,
 }
 _HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "upload_too_large"}

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fleet_rlm.protocol.routes import Mode
 from fleet_rlm.protocol.status import AnswerSource, TurnStatus
-from fleet_rlm.store import FileRecord, SessionRecord, TurnRecord
+from fleet_rlm.store import FileRecord, MemoryRecord, SessionRecord, TurnRecord
 
 
 class _Strict(BaseModel):
@@ -73,6 +73,35 @@ class FileOut(_FromRecord):
 
 class FileList(BaseModel):
     items: list[FileOut]
+
+
+MemoryStatus = Literal["pending", "approved", "rejected"]
+
+
+class MemoryOut(_FromRecord):
+    id: str
+    text: str = Field(description="What later turns are shown once approved (the person's edit, if any).")
+    why: str = Field(description="What the proposing turn said it rests on.")
+    status: MemoryStatus = Field(description="pending review, approved (shown to later turns) or rejected.")
+    session_id: str | None = Field(description="The session whose turn proposed it; null once deleted.")
+    turn_id: str | None = Field(description="The turn that proposed it; null once its session is deleted.")
+    created_at: dt.datetime | None
+    reviewed_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, record: MemoryRecord) -> MemoryOut:
+        return cls.model_validate(record)
+
+
+class MemoryPage(BaseModel):
+    items: list[MemoryOut]
+    next_offset: int | None = Field(None, description="Pass as ?offset= for the next page; null at the end.")
+
+
+class MemoryApproval(_Strict):
+    text: str | None = Field(
+        None, description="The entry as the person edited it (at most memory.max_entry_chars); omit to keep it."
+    )
 
 
 class TurnCreate(_Strict):

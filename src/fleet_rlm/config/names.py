@@ -23,6 +23,7 @@ SHORT_PREFIX: dict[SettingPath, str] = {
     ("lm",): "lm_",
     ("sub_lm",): "sub_lm_",
     ("sandbox",): "sandbox_",
+    ("memory",): "memory_",
     ("server", "ceilings"): "ceiling_",
 }
 """The short name of a field is this prefix (none for budget and server) plus its name ..."""

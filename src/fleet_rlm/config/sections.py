@@ -1,5 +1,5 @@
-"""The sections of Fleet's settings: ``[lm]``, ``[sub_lm]``, ``[budget]``, ``[sandbox]`` and ``[server]``
-(with ``[server.ceilings]``). Each layer is handed the section it reads."""
+"""The sections of Fleet's settings: ``[lm]``, ``[sub_lm]``, ``[budget]``, ``[sandbox]``, ``[memory]`` and
+``[server]`` (with ``[server.ceilings]``). Each layer is handed the section it reads."""
 
 from __future__ import annotations
 
@@ -131,6 +131,27 @@ class SandboxSettings(BaseModel):
         "CPU time, seccomp) cannot be enforced here; unset: on for `fleet serve`, off for `fleet run`.",
     )
     pool_size: int = Field(default=2, ge=0, description="Sandboxes a server keeps started, ready for the next turn.")
+
+
+class MemorySettings(BaseModel):
+    """Reviewed memory: what turns may propose and how much approved memory a turn is shown (docs/memory.md)."""
+
+    model_config = SECTION_CONFIG
+
+    max_chars: int = Field(
+        default=4000,
+        ge=100,
+        description="Characters of approved memory a turn is shown (memory/MEMORIES.md); older entries beyond are left out.",
+    )
+    max_entry_chars: int = Field(
+        default=1000, gt=0, le=20_000, description="Longest memory entry a turn may propose or a person may save."
+    )
+    max_proposals_per_turn: int = Field(
+        default=10, ge=0, description="remember() calls one turn may make (0: turns get no remember tool)."
+    )
+    max_pending: int = Field(
+        default=100, gt=0, description="Proposals waiting for review at most; beyond, remember() is refused."
+    )
 
 
 class Ceilings(BaseModel):

@@ -2,9 +2,9 @@
 
 Sources, in rising precedence: ``fleet.toml`` in the user config directory, ``fleet.toml`` in the
 project directory, ``.env``, the environment (``FLEET_*``), then explicit overrides (CLI flags).
-Settings are grouped in sections (``[lm]``, ``[sub_lm]``, ``[budget]``, ``[sandbox]``, ``[server]``);
-every setting also keeps its short name (``max_iterations``, ``FLEET_MAX_ITERATIONS``). An unknown
-key fails fast and names the key as it was written.
+Settings are grouped in sections (``[lm]``, ``[sub_lm]``, ``[budget]``, ``[sandbox]``, ``[memory]``,
+``[server]``); every setting also keeps its short name (``max_iterations``, ``FLEET_MAX_ITERATIONS``).
+An unknown key fails fast and names the key as it was written.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from fleet_rlm.config.names import SettingPath, field_at, nest_short_names, shor
 from fleet_rlm.config.sections import (
     BudgetSettings,
     LMSettings,
+    MemorySettings,
     SandboxSettings,
     ServerSettings,
     SubLMSettings,
@@ -71,6 +72,7 @@ class Settings(BaseSettings):
     sub_lm: SubLMSettings = Field(default_factory=lambda: SubLMSettings())
     budget: BudgetSettings = Field(default_factory=lambda: BudgetSettings())
     sandbox: SandboxSettings = Field(default_factory=lambda: SandboxSettings())
+    memory: MemorySettings = Field(default_factory=lambda: MemorySettings())
     server: ServerSettings = Field(default_factory=lambda: ServerSettings())
 
     @model_validator(mode="before")

@@ -16,7 +16,8 @@ class FleetTask(dspy.Signature):  # type: ignore[misc]
     """You are Fleet, an analyst that answers by running Python in a sandbox.
 
     The current directory is the workspace. Inputs are in `files/`; anything the person should keep
-    (tables, charts, reports) must be saved under `artifacts/`; `memory/` holds notes kept across turns.
+    (tables, charts, reports) must be saved under `artifacts/`. `memory/MEMORIES.md`, when present,
+    holds what the person approved to remember from earlier turns and sessions (edits to it are not kept).
     `workspace` lists every file with its size, sha256, kind and a short preview: the previews are
     partial, so open the files with code to read them, and never guess their contents. Keep large data in
     files and variables, print only small summaries. Use `llm_query` for semantic judgements on snippets.
@@ -25,7 +26,9 @@ class FleetTask(dspy.Signature):  # type: ignore[misc]
 
     task: Text = dspy.InputField(desc="What the person asked for.")
     workspace: Text = dspy.InputField(desc="Manifest of the workspace files (path, size, sha256, kind, preview).")
-    history: Text = dspy.InputField(desc="Earlier turns of this conversation, oldest first.")
+    history: Text = dspy.InputField(
+        desc="The approved memory, if any, then earlier turns of this conversation, oldest first."
+    )
     answer: str = dspy.OutputField(desc="The final answer for the person, in Markdown.")
 
 
@@ -74,3 +77,12 @@ def render_history(entries: list[tuple[str, str | None]], *, max_chars: int = 60
     if len(text) <= max_chars:
         return text
     return "[earlier turns omitted]\n" + text[-max_chars:]
+
+
+def render_context(entries: list[tuple[str, str | None]], memory: str | None) -> str:
+    """The ``history`` input: the approved memory (``memory/MEMORIES.md``), when there is any, then the
+    earlier turns."""
+    history = render_history(entries)
+    if not memory:
+        return history
+    return f"{memory.rstrip()}\n\n# Earlier turns\n\n{history}"

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,11 @@ from fleet_rlm.engine.honesty import (
 )
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM, build_lm
+from fleet_rlm.engine.memory import ProposeMemory, memory_tools
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.select import RouteRefused, run_route, select_route
 from fleet_rlm.engine.observe import TurnObserver, TurnTrace, observed_sandboxes
-from fleet_rlm.engine.program import render_history
+from fleet_rlm.engine.program import render_context
 from fleet_rlm.protocol.events import SCHEMA_VERSION, EventSink, new_id
 from fleet_rlm.protocol.payloads import (
     ArtifactCreated,
@@ -81,6 +83,10 @@ class TurnRequest:
     max_iterations: int | None = None
     max_model_calls: int | None = None
     turn_timeout: float | None = None
+    memory: str | None = None
+    """The approved memory as ``memory/MEMORIES.md`` holds it, shown with the history; None: none."""
+    propose_memory: ProposeMemory | None = None
+    """Where ``remember`` proposals go; None: the turn gets no ``remember`` tool."""
 
 
 @dataclass
@@ -238,10 +244,12 @@ class Turn:
             inputs={
                 "task": Text(self._task_text()),
                 "workspace": Text(render_manifest(build_manifest(self.tree))),
-                "history": Text(render_history([(h.message, h.answer) for h in self.request.history])),
+                "history": Text(
+                    render_context([(h.message, h.answer) for h in self.request.history], self.request.memory)
+                ),
             },
             interpreter_factory=self._sandbox_factory(),
-            tools=self._delegation().tools(depth=0, parent=self.trace, workspace=self.workspace),
+            tools=self._delegation().tools(depth=0, parent=self.trace, workspace=self.workspace) + self._memory_tools(),
             has_files=bool(self.request.context_paths) or any(self.workspace.files_dir.iterdir()),
         )
         self.trace.warn_skipped(self.tree)
@@ -275,6 +283,11 @@ class Turn:
             register_sandbox=self._register_sandbox,
             scratch_root=self._scratch_root,
         )
+
+    def _memory_tools(self) -> list[Callable[..., Any]]:
+        if self.request.propose_memory is None:
+            return []
+        return memory_tools(self.request.propose_memory, self.settings.memory, self.trace)
 
     def _register_sandbox(self, sandbox: Sandbox) -> None:
         self._sandboxes.append(sandbox)

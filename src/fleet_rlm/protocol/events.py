@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class EventType(StrEnum):
@@ -32,6 +32,7 @@ class EventType(StrEnum):
     CHILD_STARTED = "child.started"
     CHILD_FINISHED = "child.finished"
     ARTIFACT_CREATED = "artifact.created"
+    MEMORY_PROPOSED = "memory.proposed"
     BUDGET_EXHAUSTED = "budget.exhausted"
     WARNING = "warning"
     HEARTBEAT = "heartbeat"

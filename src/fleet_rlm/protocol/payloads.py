@@ -238,6 +238,16 @@ class ArtifactCreated(Payload):
     size: int
 
 
+class MemoryProposed(Payload):
+    event_type = EventType.MEMORY_PROPOSED
+    span = "iteration"
+    summary = "a `remember` proposal stored for the person to review; see [memory](memory.md)"
+
+    entry_id: str = Field(description="the entry in `/api/v1/memory`")
+    text: str = Field(description="what the turn proposes to remember")
+    why: str = Field(description="what it rests on, as the turn said")
+
+
 class BudgetExhausted(Payload):
     event_type = EventType.BUDGET_EXHAUSTED
     span = "root"
@@ -324,6 +334,7 @@ PAYLOADS: tuple[type[Payload], ...] = (
     ChildStarted,
     ChildFinished,
     ArtifactCreated,
+    MemoryProposed,
     BudgetExhausted,
     TurnWarning,
     TurnCompleted,

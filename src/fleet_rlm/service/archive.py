@@ -1,7 +1,9 @@
 """Portable session archives: one ``.tar.gz`` with a session's history, events and file bytes.
 
-Layout: ``manifest.json`` (format, version, the session, its finished turns and its files),
-``events/<n>.jsonl`` (turn ``n``'s events, by position) and ``blobs/<sha256>``. Import never
+Layout: ``manifest.json`` (format, version, the session, its finished turns, its files and the
+memory entries its turns proposed, pending or approved), ``events/<n>.jsonl`` (turn ``n``'s events,
+by position) and ``blobs/<sha256>``. Version 2 added ``memory``; version 1 archives still import.
+Imported memory entries wait for review again, whatever they were (an archive is outside data). Import never
 extracts to disk paths from the archive: it reads only those names, as a bounded stream
 (:mod:`~fleet_rlm.service.archive_reader`), checks every blob's size and digest and every event
 against the manifest, holds the archived settings to this server's rules, and restores the session
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast, get_args
 
-from fleet_rlm.config import Ceilings, ServerSettings
+from fleet_rlm.config import Ceilings, MemorySettings, ServerSettings
 from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.protocol.ids import new_session_id
 from fleet_rlm.protocol.status import FINAL_STATUSES, AnswerSource, TurnStatus
@@ -40,11 +42,14 @@ from fleet_rlm.service.archive_reader import (
     parse_json,
 )
 from fleet_rlm.service.files import stored_path
+from fleet_rlm.service.memory import MAX_WHY_CHARS, check_text
 from fleet_rlm.service.overrides import check_session_settings
-from fleet_rlm.store import BlobStore, FileRecord, Invalid, SessionRecord, Store, TurnRecord
+from fleet_rlm.store import BlobStore, FileRecord, Invalid, MemoryRecord, SessionRecord, Store, TurnRecord
 
 FORMAT = "fleet-session-archive"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+MAX_MEMORY_ENTRIES = 1000
 _BLOB = re.compile(r"blobs/([0-9a-f]{64})")
 _EVENTS = re.compile(r"events/(\d{1,9})\.jsonl")
 EVENT_BATCH = 500
@@ -76,6 +81,10 @@ async def export_session(store: Store, blobs: BlobStore, ref: str, destination: 
     session = await store.get_session(ref)
     turns = await store.history(session.id)
     files = await store.list_files(session.id)
+    memories = [
+        m for m in await store.list_memories(session_id=session.id, limit=MAX_MEMORY_ENTRIES) if m.status != "rejected"
+    ]
+    positions = {t.id: t.position for t in turns}
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -110,6 +119,16 @@ async def export_session(store: Store, blobs: BlobStore, ref: str, destination: 
         "files": [
             {"path": f.path, "size": f.size, "sha256": f.sha256, "media_type": f.media_type, "origin": f.origin}
             for f in files
+        ],
+        "memory": [
+            {
+                "text": m.text,
+                "why": m.why,
+                "status": m.status,
+                "turn_position": positions.get(m.turn_id or ""),
+                "created_at": _time(m.created_at),
+            }
+            for m in memories
         ],
     }
     events = {turn.position: await store.events_after(turn.id, 0, limit=10_000_000) for turn in turns}
@@ -210,8 +229,11 @@ class _Listed:
 def _check_manifest(manifest: Any) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BadArchive("not a Fleet session archive (manifest.json is of another format)")
-    if manifest.get("version") != VERSION:
-        raise BadArchive(f"session archive version {manifest.get('version')!r} is not supported (expected {VERSION})")
+    if manifest.get("version") not in READABLE_VERSIONS:
+        raise BadArchive(
+            f"session archive version {manifest.get('version')!r} is not supported "
+            f"(expected one of {', '.join(map(str, READABLE_VERSIONS))})"
+        )
     return manifest
 
 
@@ -253,9 +275,16 @@ async def _event_batches(spools: list[tuple[str, Path]]) -> AsyncIterator[list[E
 
 
 async def import_session(
-    store: Store, blobs: BlobStore, source: IO[bytes], server: ServerSettings, *, name: str | None = None
+    store: Store,
+    blobs: BlobStore,
+    source: IO[bytes],
+    server: ServerSettings,
+    memory: MemorySettings,
+    *,
+    name: str | None = None,
 ) -> SessionRecord:
-    """Restore an archive as a new session (new ids). Its name is ``name``, else the archived one."""
+    """Restore an archive as a new session (new ids). Its name is ``name``, else the archived one.
+    Its memory entries become proposals of the new session, waiting for review."""
     session_id = new_session_id()
     try:
         read = await asyncio.to_thread(_read_archive, source, blobs, session_id, ImportLimits.of(server))
@@ -263,9 +292,10 @@ async def import_session(
             session = _session(read.manifest, session_id, name, server.ceilings)
             turns, spools = _turns(read)
             files = _files(read)
+            memories = _memories(read, turns, memory)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BadArchive(f"the archive's manifest.json is malformed: {type(exc).__name__}: {exc}") from exc
-        restored = await store.restore_session(session, turns, _event_batches(spools), files)
+        restored = await store.restore_session(session, turns, _event_batches(spools), files, memories)
         for spool in read.events.values():
             spool.unlink(missing_ok=True)
         return restored
@@ -365,3 +395,30 @@ def _files(read: _Read) -> list[FileRecord]:
         seen.add(path)
         files.append(FileRecord(path, size, sha, str(raw["media_type"]), origin))
     return files
+
+
+def _memories(read: _Read, turns: list[TurnRecord], settings: MemorySettings) -> list[MemoryRecord]:
+    """The archived memory entries, as proposals waiting for review, each text checked as a turn's is."""
+    raw_entries = read.manifest.get("memory") or []
+    if not isinstance(raw_entries, list) or len(raw_entries) > MAX_MEMORY_ENTRIES:
+        raise BadArchive(f"the archive's memory must be a list of at most {MAX_MEMORY_ENTRIES} entries")
+    turn_of = {turn.position: turn.id for turn in turns}
+    entries: list[MemoryRecord] = []
+    for index, raw in enumerate(raw_entries, start=1):
+        try:
+            text = check_text(raw["text"], what="text", limit=settings.max_entry_chars)
+            why = check_text(raw.get("why") or "", what="why", limit=MAX_WHY_CHARS, allow_empty=True)
+        except Invalid as exc:
+            raise BadArchive(f"memory entry {index} of the archive: {exc.message}") from exc
+        position = raw.get("turn_position")
+        entries.append(
+            MemoryRecord(
+                id=new_id("mem"),
+                text=text,
+                why=why,
+                status="pending",
+                turn_id=turn_of.get(position) if isinstance(position, int) else None,
+                created_at=_parse_time(raw.get("created_at")),
+            )
+        )
+    return entries

@@ -1,15 +1,17 @@
 """One turn run by the server, from ``queued`` to its committed end.
 
-Steps: take a sandbox from the pool, copy the session's files into its workspace, mark the turn
-running, run the engine's turn (its events go live to followers and are stored in batches), then
-in one transaction commit the status, answer, usage, the last events with the terminal one, and
-(only when the turn completed) the artifacts and memory it wrote. Failed or cancelled turns leave
+Steps: take a sandbox from the pool, copy the session's files and the approved memory
+(``memory/MEMORIES.md``) into its workspace, mark the turn running, run the engine's turn (its
+events go live to followers and are stored in batches; its ``remember`` proposals are stored as it
+makes them), then in one transaction commit the status, answer, usage, the last events with the
+terminal one, and (only when the turn completed) the artifacts it wrote. Failed or cancelled turns leave
 the session's files as they were. The sandbox is torn down whatever happens.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import time
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from fleet_rlm.protocol.events import Event, EventType, new_id
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.channel import TurnChannel
 from fleet_rlm.service.files import SessionFiles
+from fleet_rlm.service.memory import MEMORY_FILE, MemoryBook
 from fleet_rlm.service.pool import Lease, SandboxPool
 from fleet_rlm.service.writer import EventJournal
 from fleet_rlm.store import Conflict, FileChanges, SessionRecord, Store, TurnRecord
@@ -59,9 +62,11 @@ class TurnExecution:
         pool: SandboxPool,
         channel: TurnChannel,
         journal: EventJournal,
+        memory: MemoryBook,
         slots: asyncio.Semaphore | None = None,
     ) -> None:
         self.plan = plan
+        self.memory = memory
         self.turn_id = plan.turn.id
         self.store = store
         self.files = files
@@ -149,6 +154,9 @@ class TurnExecution:
         records = await self.store.list_files(plan.session.id)
         workspace = self.lease.workspace
         placed = await asyncio.to_thread(self.files.materialize, plan.session.id, records, self.lease.files)
+        memory = await self.memory.context()
+        if memory is not None:
+            await asyncio.to_thread(self.lease.files.push, io.BytesIO(memory.encode()), MEMORY_FILE)
         history = await self.store.history(plan.session.id, before_position=plan.turn.position)
         if self.cancel_requested or not await self.store.mark_running(self.turn_id):
             return self._stopped_outcome(), None
@@ -163,6 +171,8 @@ class TurnExecution:
             max_iterations=options.get("max_iterations"),
             max_model_calls=options.get("max_model_calls"),
             turn_timeout=options.get("turn_timeout"),
+            memory=memory,
+            propose_memory=self.memory.proposals_for(plan.session.id, self.turn_id, self.loop),
         )
         self.engine_turn = build_turn(plan.settings, request, self.sink, backend=self.lease.backend)
         if self.cancel_requested:

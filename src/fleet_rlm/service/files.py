@@ -2,8 +2,11 @@
 
 Bytes live in the session's :class:`~fleet_rlm.store.BlobStore`, metadata in the database. A turn
 gets private copies in its sandbox's workspace (:func:`materialize`); when it completes, what it
-wrote under ``artifacts/`` and ``memory/`` is collected (:func:`collect_changes`) and committed
-with the turn. Files under ``files/`` are the person's uploads: a turn's edits there are not kept.
+wrote under ``artifacts/`` is collected (:func:`collect_changes`) and committed with the turn.
+Files under ``files/`` are the person's uploads: a turn's edits there are not kept, nor are its
+writes under ``memory/``, which holds only the reviewed memory (:mod:`fleet_rlm.service.memory`).
+Files stored under ``memory/`` by turns before memory was reviewed stay session files, no longer
+given to turns.
 Bytes cross into and out of the workspace only through its backend's
 :class:`~fleet_rlm.sandbox.base.WorkspaceFiles` (push and pull).
 """
@@ -25,7 +28,9 @@ from fleet_rlm.workspace.paths import PathEscapeError, resolve_inside
 from fleet_rlm.workspace.walk import iter_files
 
 STORED_DIRS = (FILES, ARTIFACTS, MEMORY)
-KEPT_FROM_TURNS = {ARTIFACTS: "artifact", MEMORY: "memory"}
+KEPT_FROM_TURNS = {ARTIFACTS: "artifact"}
+UNREVIEWED_ORIGIN = "memory"
+"""Files turns wrote under ``memory/`` before memory was reviewed: kept, never given to turns."""
 _VIRTUAL_ROOT = Path("/nonexistent/fleet-workspace")  # never exists, so only the path's own text is judged
 _SAMPLE = 4096
 
@@ -92,6 +97,8 @@ class SessionFiles:
         path -> sha256 of what was put there."""
         placed: dict[str, str] = {}
         for record in records:
+            if record.origin == UNREVIEWED_ORIGIN:
+                continue
             files.push(self.blob_path(session_id, record), record.path)
             placed[record.path] = record.sha256
         return placed
@@ -99,7 +106,7 @@ class SessionFiles:
     def collect_changes(
         self, session_id: str, workspace: Workspace, files: WorkspaceFiles, before: Mapping[str, str]
     ) -> FileChanges:
-        """What the turn changed under ``artifacts/`` and ``memory/``, with new bytes already stored.
+        """What the turn changed under ``artifacts/``, with new bytes already stored.
 
         Links and special files are never followed or opened (see :mod:`fleet_rlm.workspace.tree`)."""
         upserts: list[FileRecord] = []

@@ -24,6 +24,7 @@ from fleet_rlm.service import archive
 from fleet_rlm.service.channel import ChannelRegistry
 from fleet_rlm.service.execution import TurnExecution, TurnPlan
 from fleet_rlm.service.files import SessionFiles, clean_path, stored_path
+from fleet_rlm.service.memory import MemoryBook
 from fleet_rlm.service.overrides import check_session_settings, effective_settings
 from fleet_rlm.service.pool import SandboxPool
 from fleet_rlm.service.runners import is_dead, new_runner_id
@@ -86,6 +87,7 @@ class FleetService:
         self.store = Store(self.database)
         self.blobs = BlobStore(settings.data_dir / "sessions")
         self.files = SessionFiles(self.blobs)
+        self.memory = MemoryBook(self.store, settings.memory)
         self.runner = new_runner_id()
         self._backend = backend
         self._pool: SandboxPool | None = None
@@ -243,12 +245,14 @@ class FleetService:
         return await self.store.delete_file(session.id, path)
 
     async def export_session(self, ref: str, destination: IO[bytes]) -> SessionRecord:
-        """Write the session's portable archive (history, events, files, artifacts, memory)."""
+        """Write the session's portable archive (history, events, files, artifacts, the memory its turns proposed)."""
         return await archive.export_session(self.store, self.blobs, ref, destination)
 
     async def import_session(self, source: IO[bytes], *, name: str | None = None) -> SessionRecord:
-        """Restore an archive as a new session under a new id."""
-        return await archive.import_session(self.store, self.blobs, source, self.settings.server, name=name)
+        """Restore an archive as a new session under a new id; its memory entries wait for review again."""
+        return await archive.import_session(
+            self.store, self.blobs, source, self.settings.server, self.settings.memory, name=name
+        )
 
     # Turns ------------------------------------------------------------------------------------
 
@@ -278,7 +282,7 @@ class FleetService:
             plan = TurnPlan(turn=turn, session=session, settings=settings)
             channel = self.channels.open(turn.id)
             execution = TurnExecution(
-                plan, self.store, self.files, self.pool, channel, self.journal, self._running_slots()
+                plan, self.store, self.files, self.pool, channel, self.journal, self.memory, self._running_slots()
             )
             self.executions[turn.id] = execution
             execution.start().add_done_callback(lambda _task: self._forget(turn.id))

@@ -1,9 +1,9 @@
-"""Durable state: sessions, turns, events and files in SQL (SQLite or PostgreSQL), bytes on disk."""
+"""Durable state: sessions, turns, events, files and memory in SQL (SQLite or PostgreSQL), bytes on disk."""
 
 from fleet_rlm.store.blobs import BlobStore, TooLarge
 from fleet_rlm.store.database import Database, database_url
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound, StoreError
-from fleet_rlm.store.records import FileChanges, FileRecord, SessionRecord, TurnRecord
+from fleet_rlm.store.records import FileChanges, FileRecord, MemoryRecord, SessionRecord, TurnRecord
 from fleet_rlm.store.store import Store
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "FileChanges",
     "FileRecord",
     "Invalid",
+    "MemoryRecord",
     "NotFound",
     "SessionRecord",
     "Store",

@@ -104,6 +104,21 @@ class FileRecord(RowView):
 
 
 @dataclass(frozen=True)
+class MemoryRecord(RowView):
+    """A memory entry: ``pending`` review, ``approved`` (shown to later turns) or ``rejected``."""
+
+    id: str
+    text: str
+    why: str
+    status: str
+    session_id: str | None = None
+    """The session whose turn proposed it; None once that session is deleted."""
+    turn_id: str | None = None
+    created_at: dt.datetime | None = None
+    reviewed_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
 class FileChanges:
     """What a finished turn changes in its session's files, committed with the turn."""
 

@@ -24,7 +24,8 @@ from fleet_rlm.store.base import event_row
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound
 from fleet_rlm.store.events import EventQueries
 from fleet_rlm.store.files import FileQueries
-from fleet_rlm.store.records import FileChanges, FileRecord, SessionRecord, TurnRecord, row_values
+from fleet_rlm.store.memory import MemoryQueries
+from fleet_rlm.store.records import FileChanges, FileRecord, MemoryRecord, SessionRecord, TurnRecord, row_values
 from fleet_rlm.store.tables import EventRow, SessionRow, TurnRow, utcnow
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -41,8 +42,8 @@ def check_session_name(name: str) -> str:
     return name
 
 
-class Store(FileQueries, EventQueries):
-    """Sessions and turns here; files and events in their own query groups."""
+class Store(FileQueries, EventQueries, MemoryQueries):
+    """Sessions and turns here; files, events and memory in their own query groups."""
 
     # Sessions ---------------------------------------------------------------------------------
 
@@ -111,9 +112,11 @@ class Store(FileQueries, EventQueries):
         turns: Sequence[TurnRecord],
         events: AsyncIterable[Sequence[Event]],
         files: Sequence[FileRecord],
+        memories: Sequence[MemoryRecord] = (),
     ) -> SessionRecord:
         """Insert a whole session (an import) in one transaction; ids must be fresh. ``events``
-        come in batches, inserted as they arrive (an archive's may not fit in memory)."""
+        come in batches, inserted as they arrive (an archive's may not fit in memory); ``memories``
+        become entries proposed by the restored session."""
         if session.name is not None:
             check_session_name(session.name)
         for turn in turns:
@@ -133,6 +136,7 @@ class Store(FileQueries, EventQueries):
                     if batch:
                         await db.execute(insert(EventRow), [event_row(e) for e in batch])
                 await self._apply_file_changes(db, session.id, FileChanges(upserts=list(files)), None)
+                await self._add_memories(db, session.id, memories)
         except IntegrityError as exc:
             raise Conflict(f"a session named {session.name!r} already exists", code="session_name_taken") from exc
         return SessionRecord.of(row)

@@ -1,4 +1,4 @@
-"""The relational schema: sessions, turns, their append-only events, and session files.
+"""The relational schema: sessions, turns, their append-only events, session files, and memory.
 
 File bytes live on disk (see :mod:`fleet_rlm.store.blobs`); rows hold their metadata. Timestamps
 are timezone-aware UTC on every backend. Changing a table means adding an Alembic revision under
@@ -32,6 +32,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
 
 FILE_ORIGINS = ("upload", "artifact", "memory")
+MEMORY_STATUSES = ("pending", "approved", "rejected")
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
 
@@ -163,3 +164,21 @@ class FileRow(Base):
     turn_id: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class MemoryRow(Base):
+    """One entry of the reviewed memory every session's turns share: proposed by a turn (``pending``),
+    then ``approved`` (shown to later turns) or ``rejected`` by the person. ``session_id`` and
+    ``turn_id`` say where it came from; they become null when that session is deleted."""
+
+    __tablename__ = "memories"
+    __table_args__ = (Index("ix_memories_status", "status"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+    why: Mapped[str] = mapped_column(Text, default="")
+    status: Mapped[str] = mapped_column(String(16))
+    session_id: Mapped[str | None] = mapped_column(ForeignKey("sessions.id", ondelete="SET NULL"))
+    turn_id: Mapped[str | None] = mapped_column(ForeignKey("turns.id", ondelete="SET NULL"))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    reviewed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())

@@ -27,6 +27,7 @@ from fleet_rlm.workspace.manifest import human_size
 
 INDENT_PER_LEVEL = 4
 PREVIEW_CHARS = 80
+MEMORY_PREVIEW_CHARS = 160
 
 
 def preview(text: str, width: int = PREVIEW_CHARS) -> str:
@@ -169,6 +170,13 @@ class EventRenderer:
             return [line]
         if kind is EventType.ARTIFACT_CREATED:
             return [Text(f"  ✚ {data.get('path')} ({human_size(int(data.get('size', 0)))})", style="green")]
+        if kind is EventType.MEMORY_PROPOSED:
+            return [
+                Text(
+                    f"  ✎ remembered (pending review): {preview(str(data.get('text', '')), MEMORY_PREVIEW_CHARS)}",
+                    style="cyan",
+                )
+            ]
         if kind is EventType.ROUTE_SELECTED:
             return [Text(f"  route: {data.get('route')} — {data.get('reason', '')}", style="dim")]
         if kind is EventType.CHILD_STARTED:

@@ -21,6 +21,7 @@ from fleet_rlm.api.client import ApiFailure
 from fleet_rlm.clients.cli.render import preview
 from fleet_rlm.clients.terminal.client import ChatClient
 from fleet_rlm.clients.terminal.commands import BUDGET_KEYS, Command, CommandError, help_lines, parse_budget
+from fleet_rlm.clients.terminal.memory import do_memory
 from fleet_rlm.clients.terminal.stream import follow_turn
 from fleet_rlm.clients.terminal.trace import trace_tree
 from fleet_rlm.protocol.ids import is_session_id
@@ -29,8 +30,6 @@ from fleet_rlm.workspace.manifest import human_size
 
 HISTORY_SHOWN = 3
 TITLE_CHARS = 60
-MEMORY_PREVIEW_CHARS = 2000
-TEXT_KINDS = ("text", "markdown", "csv", "tsv", "json", "jsonl", "code")
 
 
 class Quit(Exception):
@@ -241,19 +240,6 @@ def do_budget(state: ChatState, args: tuple[str, ...]) -> None:
         state.say(
             f"{short:12} {value if value is not None else '(server default)'}", "" if value is not None else "dim"
         )
-
-
-def do_memory(state: ChatState, _args: tuple[str, ...]) -> None:
-    files = [f for f in state.client.files(state.session_id) if f["origin"] == "memory"]
-    if not files:
-        state.say("no memory yet (turns write it under memory/)")
-        return
-    for file in files:
-        state.console.print(Text(f"{file['path']} ({human_size(int(file['size']))})", style="bold"))
-        if file["kind"] in TEXT_KINDS or file["media_type"].startswith("text/"):
-            body = state.client.download(state.session_id, file["path"]).decode("utf-8", errors="replace")
-            clipped = body[:MEMORY_PREVIEW_CHARS]
-            state.console.print(Text(clipped + ("\n…" if len(body) > len(clipped) else "")))
 
 
 def do_sessions(state: ChatState, _args: tuple[str, ...]) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 MODES = ("hybrid", "rlm", "flex", "direct")
+MEMORY_ACTIONS = ("approve", "edit", "reject", "forget")
 BUDGET_KEYS = {
     "iterations": "max_iterations",
     "model_calls": "max_model_calls",
@@ -29,6 +30,7 @@ class ArgKind(StrEnum):
     MODE = "mode"
     BUDGET = "budget"
     TURN = "turn"
+    MEMORY_ACTION = "memory action"
     TEXT = "text"
 
 
@@ -76,7 +78,14 @@ COMMANDS: dict[str, CommandSpec] = {
             0,
             None,
         ),
-        CommandSpec("memory", "/memory", "show the session's memory files"),
+        CommandSpec(
+            "memory",
+            "/memory [approve N [TEXT] | edit N TEXT | reject N | forget N]",
+            "review what turns proposed to remember (N: its number in the list)",
+            (ArgKind.MEMORY_ACTION, ArgKind.TEXT),
+            0,
+            None,
+        ),
         CommandSpec("sessions", "/sessions", "list sessions"),
         CommandSpec("resume", "/resume NAME_OR_ID", "switch to another session", (ArgKind.SESSION,), 1, 1),
         CommandSpec("new", "/new [NAME]", "start a new session", (ArgKind.TEXT,), 0, 1),
@@ -127,6 +136,8 @@ def parse_line(line: str) -> Command | Message | None:
         raise CommandError(f"/mode {args[0]}: not a mode; choose one of {', '.join(MODES)}")
     if name == "budget":
         parse_budget(args)
+    if name == "memory":
+        parse_memory(args)
     if name == "help" and args and args[0].lstrip("/") not in COMMANDS:
         raise CommandError(f"/help {args[0]}: no such command; /help lists the commands")
     return Command(name, args)
@@ -152,6 +163,33 @@ def parse_budget(args: tuple[str, ...]) -> dict[str, int | float | None]:
             raise CommandError(f"/budget {arg}: {key} must be greater than 0")
         changes[setting] = number
     return changes
+
+
+@dataclass(frozen=True)
+class MemoryAction:
+    action: str
+    """approve, edit, reject or forget."""
+    ref: str
+    """The entry's number in ``/memory``'s list, or its id."""
+    text: str | None = None
+    """The edited text (approve and edit)."""
+
+
+def parse_memory(args: tuple[str, ...]) -> MemoryAction | None:
+    """``/memory``'s arguments: None to list, else what to do to which entry."""
+    if not args:
+        return None
+    action, rest = args[0], args[1:]
+    if action not in MEMORY_ACTIONS:
+        raise CommandError(f"/memory {action}: expected one of {', '.join(MEMORY_ACTIONS)}, or nothing to list")
+    if not rest:
+        raise CommandError(f"/memory {action} needs the entry's number from /memory")
+    text = " ".join(rest[1:]) or None
+    if action == "edit" and text is None:
+        raise CommandError("/memory edit N TEXT: give the new text")
+    if action in ("reject", "forget") and text is not None:
+        raise CommandError(f"/memory {action} takes only the entry's number")
+    return MemoryAction(action, rest[0], text)
 
 
 def help_lines(name: str | None = None) -> list[tuple[str, str]]:

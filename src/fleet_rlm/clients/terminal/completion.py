@@ -1,5 +1,5 @@
 """Tab completion for ``fleet chat``: command names, then each argument by what it names
-(local paths, workspace paths, session names, modes, budget keys)."""
+(local paths, workspace paths, session names, modes, budget keys, memory actions)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
 
-from fleet_rlm.clients.terminal.commands import BUDGET_KEYS, COMMANDS, MODES, ArgKind
+from fleet_rlm.clients.terminal.commands import BUDGET_KEYS, COMMANDS, MEMORY_ACTIONS, MODES, ArgKind
 
 CACHE_SECONDS = 3.0
 
@@ -73,6 +73,8 @@ class ChatCompleter(Completer):
             return list(MODES)
         if kind is ArgKind.BUDGET:
             return [f"{key}=" for key in BUDGET_KEYS]
+        if kind is ArgKind.MEMORY_ACTION:
+            return list(MEMORY_ACTIONS)
         if kind is ArgKind.TEXT and command == "help":
             return list(COMMANDS)
         return []

@@ -65,6 +65,8 @@ def trace_tree(events: Iterable[Event], title: str) -> Tree:
             node_for(event).add(Syntax(str(data.get("code", "")), "python", theme="ansi_dark"))
         elif kind is EventType.ARTIFACT_CREATED:
             node_for(event).add(Text(f"✚ {data.get('path')} ({human_size(int(data.get('size', 0)))})", style="green"))
+        elif kind is EventType.MEMORY_PROPOSED:
+            node_for(event).add(Text(f"✎ remembered (pending review): {preview(str(data.get('text', '')))}", "cyan"))
         elif kind is EventType.ROUTE_SELECTED:
             node_for(event).add(Text(f"route: {data.get('route')} — {data.get('reason', '')}", style="dim"))
         elif kind in (EventType.WARNING, EventType.BUDGET_EXHAUSTED):

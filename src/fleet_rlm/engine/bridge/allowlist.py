@@ -23,6 +23,8 @@ PLAIN_TOOLS: dict[str, dict[str, tuple[Any, Any]]] = {
     # Fleet's delegation (engine/delegation.py).
     "spawn_agent": {"task": (str, REQUIRED), "files": (list[str] | None, None), "context": (str | None, None)},
     "spawn_agents": {"tasks": (list[dict[str, Any]], REQUIRED)},
+    # Fleet's reviewed memory (engine/memory.py); the service bounds and checks the text.
+    "remember": {"text": (str, REQUIRED), "why": (str, REQUIRED)},
 }
 """Tools called with JSON arguments: argument name -> (type, default), checked strictly."""
 

@@ -25,7 +25,9 @@ class DirectAnswer(dspy.Signature):  # type: ignore[misc]
     The answer is for a person: concise Markdown."""
 
     task: Text = dspy.InputField(desc="What the person asked for.")
-    history: Text = dspy.InputField(desc="Earlier turns of this conversation, oldest first.")
+    history: Text = dspy.InputField(
+        desc="The memory the person approved, if any, then earlier turns of this conversation, oldest first."
+    )
     answer: str = dspy.OutputField(desc="The answer for the person, in Markdown.")
 
 
