@@ -89,12 +89,15 @@ def test_run_through_a_server_then_manage_its_sessions(
         events = [json.loads(line) for line in ran.output.splitlines() if line.startswith("{")]
         assert events[-1]["type"] == "turn.completed" and events[-1]["data"]["answer"] == "shouted"
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-        model_server.script("root", rlm_step("Shout.", SAVE))
+        model_server.script(
+            "root", rlm_step("Shout.", SAVE.replace("SUBMIT", "remember('the csv shouts', 'saw it')\nSUBMIT"))
+        )
         code = run_remote(
             api.base_url, "again", files=[source], as_json=False, context_paths=[], download_to=tmp_path / "got"
         )
         assert code == 0
-        assert "shouted" in capsys.readouterr().out
+        shown = capsys.readouterr().out
+        assert "shouted" in shown and "✎ remembered (pending review): the csv shouts" in shown
         assert (tmp_path / "got" / "out.csv").read_text() == "A,B\n1,2\n"
 
         listed = runner.invoke(app, ["sessions", "ls", "--url", api.base_url, "--json"])

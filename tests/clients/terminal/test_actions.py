@@ -110,14 +110,50 @@ def test_sessions_new_resume_and_their_hints(chat: Chat, model_server: ScriptedM
     assert chat.run("/cancel") == ["no turn is running"]
 
 
-def test_memory_shows_what_turns_remembered(chat: Chat, model_server: ScriptedModelServer) -> None:
-    assert chat.run("/memory") == ["no memory yet (turns write it under memory/)"]
-    code = "open('memory/notes.md', 'w').write('north is the largest region')\nSUBMIT(answer='noted')"
+def test_memory_lists_proposals_and_the_person_approves_edits_rejects_and_forgets(
+    chat: Chat, model_server: ScriptedModelServer
+) -> None:
+    hint = "/memory approve N [TEXT] · edit N TEXT · reject N · forget N"
+    assert chat.run("/memory") == [
+        "no memory yet: turns propose entries with remember(), and they wait here for your review"
+    ]
+    code = (
+        "remember('north is the largest region', 'summed files/sales.csv')\n"
+        "remember('south shrank', 'q3 vs q2')\nremember('the person likes puns', '')\nSUBMIT(answer='noted')"
+    )
     model_server.script("root", rlm_step("Remember.", code))
-    chat.run("remember this")
-    shown = chat.run("/memory")
-    assert shown[0].startswith("memory/notes.md (")
-    assert "north is the largest region" in shown
+    turn = chat.run("remember this")
+    assert "  ✎ remembered (pending review): north is the largest region" in turn
+    assert chat.run("/memory") == [
+        "waiting for your review (3):",
+        " 1. north is the largest region",
+        "    why: summed files/sales.csv · from this session",
+        " 2. south shrank",
+        "    why: q3 vs q2 · from this session",
+        " 3. the person likes puns",
+        "    from this session",
+        hint,
+    ]
+    assert chat.run("/memory approve 1") == ["approved: north is the largest region"]
+    assert chat.run("/memory edit 1 south shrank by 12%") == ["approved as edited: south shrank by 12%"]
+    assert chat.run("/memory reject 1") == ["rejected: the person likes puns"]
+    assert chat.run("/memory forget 9") == ["/memory forget 9: no such entry (1..2); /memory lists them"]
+    assert chat.run("/memory approve") == ["/memory approve needs the entry's number from /memory"]
+    assert chat.run("/memory edit 1") == ["/memory edit N TEXT: give the new text"]
+    assert chat.run("/memory drop 1") == [
+        "/memory drop: expected one of approve, edit, reject, forget, or nothing to list"
+    ]
+    chat.run("/new elsewhere")
+    assert chat.run("/memory") == [
+        "approved (2), shown to later turns:",
+        " 1. north is the largest region",
+        "    why: summed files/sales.csv · from session work",
+        " 2. south shrank by 12%",
+        "    why: q3 vs q2 · from session work",
+        hint,
+    ]
+    assert chat.run("/memory forget 2") == ["forgot: south shrank by 12%"]
+    assert [e["text"] for e in chat.client.memories()] == ["north is the largest region", "the person likes puns"]
 
 
 def test_attach_directories_and_get_refuses_corrupted_bytes(

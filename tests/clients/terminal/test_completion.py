@@ -27,7 +27,7 @@ def test_commands_complete_from_their_prefix(completer: ChatCompleter) -> None:
     assert complete(completer, "plain text /a") == []
 
 
-def test_workspace_paths_sessions_modes_and_budget_keys(completer: ChatCompleter) -> None:
+def test_workspace_paths_sessions_modes_budget_keys_and_memory_actions(completer: ChatCompleter) -> None:
     assert complete(completer, "/get art") == ["artifacts/revenue.csv"]
     assert complete(completer, "/context files/") == ["files/notes.md", "files/sales.csv"]
     assert complete(completer, "/context files/sales.csv files/n") == ["files/notes.md"]
@@ -35,6 +35,9 @@ def test_workspace_paths_sessions_modes_and_budget_keys(completer: ChatCompleter
     assert complete(completer, "/mode f") == ["flex"]
     assert complete(completer, "/budget iterations=3 mo") == ["model_calls="]
     assert complete(completer, "/artifacts x") == []
+    assert complete(completer, "/memory ") == ["approve", "edit", "reject", "forget"]
+    assert complete(completer, "/memory e") == ["edit"]
+    assert complete(completer, "/memory edit 1 ") == []
 
 
 def test_local_paths_complete_from_the_disk(
