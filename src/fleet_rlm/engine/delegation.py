@@ -1,7 +1,7 @@
 """Child agents: ``spawn_agent`` / ``spawn_agents`` in sandbox code, each child its own RLM and sandbox.
 
 A child gets a fresh workspace holding copies of the files it was handed, a fresh ``dspy.RLM`` with
-the same tools (delegation included while depth allows) and its own iteration budget. Model calls,
+the same tools (delegation included while depth allows; ``remember`` never) and its own iteration budget. Model calls,
 children and the deadline are drawn from the one :class:`TurnBudget` of the run tree. A child never
 fails its parent: every limit or error comes back as a result the parent's code can read. The
 child's artifacts are promoted into the parent's workspace under ``artifacts/children/<child-id>/``
