@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class EventType(StrEnum):
@@ -27,6 +27,7 @@ class EventType(StrEnum):
     CODE = "code"
     OUTPUT = "output"
     EXECUTION_FAILED = "execution.failed"
+    SANDBOX_RESTARTED = "sandbox.restarted"
     TOOL_STARTED = "tool.started"
     TOOL_FINISHED = "tool.finished"
     CHILD_STARTED = "child.started"
