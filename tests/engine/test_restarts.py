@@ -90,6 +90,17 @@ def test_a_worker_that_breaks_its_protocol_is_restarted(harness: Harness) -> Non
     assert RESTARTED.format(event.data["cause"]) in prompt_text(harness.server.model.requests_for("root")[1])
 
 
+def test_a_worker_whose_protocol_fds_are_closed_is_restarted(harness: Harness) -> None:
+    run = crash_then_carry_on(harness, "import os\nos.closerange(3, 4096)")
+
+    assert run.outcome.status == "completed", run.outcome.error
+    assert [e.data["cause"] for e in restarts(run)] == ["exit status 1"]  # the worker could not reply
+    said = prompt_text(harness.server.model.requests_for("root")[1])
+    assert "OSError: [Errno 9] Bad file descriptor" in said  # what it printed as it went
+    assert RESTARTED.format("exit status 1") in said
+    assert "x survived: False" in run.output_text()
+
+
 def test_a_worker_killed_at_the_memory_limit_is_restarted(harness: Harness) -> None:
     report = {row.name: row for row in LocalSandboxBackend().protections_report()}
     for name in ("memory cgroup", "sized /tmp"):
