@@ -256,7 +256,7 @@ class ChildRun:
             spec,
             self.trace,
             self.delegation.settings,
-            admit=budget.check_alive,
+            budget=budget,
             on_create=self._register,
         )
         rlm = build_rlm(

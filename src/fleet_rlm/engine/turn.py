@@ -138,6 +138,7 @@ class Turn:
             max_cost=budget.max_cost_per_turn,
             prices=dict(budget.model_prices),
             max_children=budget.max_children_per_turn,
+            max_sandbox_restarts=budget.max_sandbox_restarts,
         )
         self.trace = TurnTrace(self.emitter, self.max_iterations, guard=LoopGuard.from_settings(budget))
         self._sandboxes: list[Sandbox] = []
@@ -293,7 +294,7 @@ class Turn:
             spec,
             self.trace,
             self.settings,
-            admit=self.budget.check_alive,
+            budget=self.budget,
             on_create=self._register_sandbox,
             after_execute=self._announce_artifacts,
         )

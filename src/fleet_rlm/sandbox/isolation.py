@@ -145,6 +145,10 @@ class LaunchedWorker:
         """Why the sandbox died, when a whole-sandbox limit explains it."""
         return self.guard.death_reason() if self.guard is not None else None
 
+    def limit_hit(self) -> str | None:
+        """The whole-sandbox limit that killed it, in a few words, when one did."""
+        return self.guard.limit_hit() if self.guard is not None else None
+
 
 def _nothing() -> None:
     return None

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from dspy.primitives import CodeInterpreterError, FinalOutput
 
-from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, SandboxSpec, SandboxUnavailable
+from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, SandboxCrashed, SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.isolation import WORKSPACE_MOUNT, LaunchedWorker, Launcher
 from fleet_rlm.sandbox.output import CappedText, GuardedObserver, OutputPump
 from fleet_rlm.sandbox.protocol import decode_message, encode_message, execute_message, write_all
@@ -29,7 +29,6 @@ DEFAULT_START_TIMEOUT = 30.0
 MAX_REPLY_BYTES = 256 * 1024 * 1024  # a SUBMIT larger than this is refused rather than exhausting the host
 _CLOSED = object()  # the worker's reply pipe ended
 _CANCELLED = object()  # interrupt() was called
-_SIGNALS = {int(signum): signum.name for signum in (signal.SIGKILL, signal.SIGXCPU, signal.SIGSEGV, signal.SIGXFSZ)}
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,8 @@ class LocalSandbox:
 
     Implements DSPy's ``CodeInterpreter`` protocol: ``tools`` and ``output_fields`` are read at each
     ``execute``. Errors the model can fix raise ``CodeExecutionError`` (or ``SyntaxError``); a dead,
-    stuck or cancelled worker raises ``CodeInterpreterError`` and the sandbox stays unusable.
+    stuck or cancelled worker raises ``CodeInterpreterError`` and the sandbox stays unusable. A
+    worker that died or broke its protocol by itself raises the subclass ``SandboxCrashed``.
     """
 
     def __init__(
@@ -81,7 +81,9 @@ class LocalSandbox:
         self._send_lock = threading.Lock()
         self._kill_lock = threading.Lock()
         self._execution = 0
-        self._ended: str | None = None  # why the sandbox can no longer be used
+        self._ended: str | None = None  # why the sandbox can no longer be used (the first reason stays)
+        self._crash_cause: str | None = None  # set when that reason is a crash of the worker
+        self._end_lock = threading.Lock()
         self._killed = False
         self._active: _ActiveExecution | None = None
 
@@ -141,14 +143,11 @@ class LocalSandbox:
 
     def shutdown(self) -> None:
         """Stop the worker and everything it started; the sandbox cannot be used afterwards."""
-        if self._ended is None:
-            self._ended = "the sandbox was shut down"
-        self._kill()
+        self._end("the sandbox was shut down")
 
     def interrupt(self) -> None:
         """Cancel: kill the worker at once; an execution in flight raises CodeInterpreterError."""
-        if self._ended is None:
-            self._ended = "sandbox execution cancelled"
+        self._mark_ended("sandbox execution cancelled")
         self._inbox.put(_CANCELLED)
         self._kill()
 
@@ -201,6 +200,9 @@ class LocalSandbox:
             self._send(message)
             self._variables.commit(plan)
             reply = self._await_result(self._execution, time.monotonic() + timeout + self._interrupt_grace)
+        except SandboxCrashed as crash:
+            crash.output = self._pump.finish().result() or ""
+            raise
         finally:
             self._active = None
         output = self._pump.finish()
@@ -215,16 +217,18 @@ class LocalSandbox:
             message = self._next_message(deadline)
             if message is None:
                 timeout = self.spec.limits.execution_timeout
-                self._fail(
+                self._crash(
                     f"execution exceeded the {timeout:g}s timeout and did not stop when interrupted; "
-                    "the sandbox worker was stopped"
+                    "the sandbox worker was stopped",
+                    f"the code ran past the {timeout:g}s timeout and did not stop when interrupted",
                 )
             if not isinstance(message, dict):
-                self._fail(self._ended or self._death_reason())  # shut down, cancelled, or it died
+                self._died()  # shut down, cancelled, or it died
             if message["type"] == "result" and message.get("execution") == execution:
                 return message
             if message["type"] == "fatal":
-                self._fail(f"the sandbox worker failed: {message.get('error')}")
+                error = message.get("error")
+                self._crash(f"the sandbox worker failed: {error}", f"a protocol error ({error})")
 
     def _dispatch_tool_call(self, request: dict[str, Any]) -> None:
         """Run a tool call on its own thread, in the context of the execute() that is running."""
@@ -266,7 +270,7 @@ class LocalSandbox:
                 line=line if isinstance(line, int) else None,
                 traceback=described,
             )
-        self._fail(f"the sandbox worker sent an unknown result: {reply!r}")
+        self._crash(f"the sandbox worker sent an unknown result: {reply!r}", "a protocol error (an unknown result)")
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -284,8 +288,10 @@ class LocalSandbox:
                     failure = ""
                 else:
                     self.bytes_sent += len(data)
+        if failure == "":
+            self._died()  # the pipe broke: the worker is gone (or was cancelled meanwhile)
         if failure is not None:
-            self._fail(failure or self._ended or self._death_reason())
+            self._fail(failure)
 
     def _read_replies(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as stream:
@@ -311,16 +317,47 @@ class LocalSandbox:
 
     def _check_usable(self) -> None:
         if self._ended:
-            raise CodeInterpreterError(self._ended)
+            self._raise_ended()
+
+    def _mark_ended(self, reason: str, crash_cause: str | None = None) -> None:
+        """Record why the sandbox ended; only the first reason counts (a cancel that came first is
+        no crash, and a crash seen first by a tool thread is still one for the execution)."""
+        with self._end_lock:
+            if self._ended is None:
+                self._ended, self._crash_cause = reason, crash_cause
+
+    def _raise_ended(self) -> NoReturn:
+        reason = self._ended or "the sandbox ended"
+        if self._crash_cause is not None:
+            raise SandboxCrashed(reason, cause=self._crash_cause)
+        raise CodeInterpreterError(reason)
 
     def _end(self, reason: str) -> None:
-        if self._ended is None:
-            self._ended = reason
+        self._mark_ended(reason)
         self._kill()
 
     def _fail(self, reason: str) -> NoReturn:
         self._end(reason)
-        raise CodeInterpreterError(reason)
+        self._raise_ended()
+
+    def _crash(self, reason: str, cause: str) -> NoReturn:
+        """The worker died or broke its protocol by itself (unless a cancel or shutdown came first)."""
+        self._mark_ended(reason, cause)
+        self._kill()
+        self._raise_ended()
+
+    def _died(self) -> NoReturn:
+        if self._ended is not None:  # cancelled, shut down, or its crash is already known
+            self._fail(self._ended)
+        status, signal_name = self._exit()
+        limit = self._worker.limit_hit() if self._worker is not None else None
+        if signal_name is None:
+            cause = status if status.startswith("exit status") else "its protocol pipe closed"
+        elif signal_name == "SIGXCPU":
+            cause = f"SIGXCPU at the {self.spec.limits.cpu_seconds}s CPU time limit"
+        else:
+            cause = f"{signal_name} at {limit}" if limit and signal_name == "SIGKILL" else signal_name
+        self._crash(self._death_reason(status), cause)
 
     def _kill(self) -> None:
         with self._kill_lock:
@@ -344,20 +381,24 @@ class LocalSandbox:
             worker.release()
 
     def _exit_status(self) -> str:
+        return self._exit()[0]
+
+    def _exit(self) -> tuple[str, str | None]:
+        """How the worker ended ("exit status 3", "killed by SIGKILL"), and the signal's name if one killed it."""
         worker = self._worker
         if worker is None:
-            return "not started"
+            return "not started", None
         try:
             code = worker.process.wait(timeout=1)
         except Exception:
-            return "still running"
+            return "still running", None
         signum = -code if code < 0 else code - 128 if code > 128 and self.isolated else 0
         if signum:
-            return f"killed by {_SIGNALS.get(signum, f'signal {signum}')}"
-        return f"exit status {code}"
+            name = _signal_name(signum)
+            return f"killed by {name}", name
+        return f"exit status {code}", None
 
-    def _death_reason(self) -> str:
-        status = self._exit_status()
+    def _death_reason(self, status: str) -> str:
         limits = self.spec.limits
         hint = ""
         limit = self._worker.limit_reason() if self._worker is not None else None
@@ -368,6 +409,13 @@ class LocalSandbox:
         elif "SIGKILL" in status:
             hint = "; by its own code, the out-of-memory killer or the hard CPU time limit"
         return f"the sandbox worker exited unexpectedly ({status}{hint}); its state is lost"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def check_output_fields(fields: list[dict[str, Any]] | None) -> None:
