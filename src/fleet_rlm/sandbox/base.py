@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Self
 
-from dspy.primitives import CodeExecutionError
+from dspy.primitives import CodeExecutionError, CodeInterpreterError
 
 from fleet_rlm.config import BudgetSettings, SandboxSettings
 from fleet_rlm.protocol.payloads import OutputStream
@@ -158,6 +158,13 @@ class CodeSyntaxError(SyntaxError):
     def __init__(self, text: str, line: int | None) -> None:
         super().__init__(text)
         self.line = line
+
+
+class InvalidInterpreterInput(CodeInterpreterError, ValueError):  # type: ignore[misc]
+    """What the host handed the sandbox cannot be used (code that is not a string, a bad tool, variable
+    or output field name, a value that is not JSON), so nothing ran and the sandbox is as it was. A
+    ``CodeInterpreterError``, as DSPy's protocol asks of host-side setup errors, and a ``ValueError``,
+    as ``dspy.LocalInterpreter`` raises for bad tool names and output fields."""
 
 
 class SandboxUnavailable(RuntimeError):
