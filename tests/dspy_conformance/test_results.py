@@ -123,3 +123,11 @@ def test_an_interpreter_outlives_the_thread_that_started_it(interpreter: CodeInt
     starter.join(30)
     time.sleep(0.2)  # time for anything tied to the ended thread to go
     assert interpreter.execute("kept") == "state"
+
+
+@pytest.mark.not_supported_by(
+    "dspy-local", reason="LocalInterpreter ends the session when code leaves a thread running"
+)
+def test_a_thread_the_code_leaves_running_does_not_end_the_session(interpreter: CodeInterpreter) -> None:
+    interpreter.execute("import threading, time\nstop = threading.Event()\nthreading.Thread(target=stop.wait).start()")
+    assert interpreter.execute("stop.set()\n'still here'") == "still here"
