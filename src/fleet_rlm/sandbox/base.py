@@ -175,6 +175,13 @@ class SandboxCrashed(CodeInterpreterError):  # type: ignore[misc]
         self.output = ""
 
 
+class InvalidInterpreterInput(CodeInterpreterError, ValueError):  # type: ignore[misc]
+    """What the host handed the sandbox cannot be used (code that is not a string, a bad tool, variable
+    or output field name, a value that is not JSON), so nothing ran and the sandbox is as it was. A
+    ``CodeInterpreterError``, as DSPy's protocol asks of host-side setup errors, and a ``ValueError``,
+    as ``dspy.LocalInterpreter`` raises for bad tool names and output fields."""
+
+
 class SandboxUnavailable(RuntimeError):
     """The backend cannot start a sandbox on this machine; the message says how to fix it."""
 
