@@ -121,12 +121,14 @@ class Catalog:
 
 
 def skill_dirs(project_dir: Path | None = None) -> list[SkillDir]:
-    """Where skills are looked for, highest precedence first."""
-    return [
-        SkillDir(SkillSource.PROJECT, (project_dir or Path.cwd()) / PROJECT_SKILLS),
-        SkillDir(SkillSource.USER, user_config_dir() / "skills"),
-        SkillDir(SkillSource.BUNDLED, BUNDLED_DIR),
-    ]
+    """Where skills are looked for, highest precedence first (no project's when the current
+    directory is gone)."""
+    places = [SkillDir(SkillSource.USER, user_config_dir() / "skills"), SkillDir(SkillSource.BUNDLED, BUNDLED_DIR)]
+    try:
+        project = project_dir or Path.cwd()
+    except FileNotFoundError:
+        return places
+    return [SkillDir(SkillSource.PROJECT, project / PROJECT_SKILLS), *places]
 
 
 def discover(dirs: Sequence[SkillDir] | None = None) -> Catalog:

@@ -11,6 +11,9 @@ copy dies with it.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 from collections.abc import Sequence
 
 from fleet_rlm.skills.catalog import Skill, SkillProblem
@@ -22,8 +25,9 @@ SKILL_DIR_MODE = 0o755
 
 
 def install_skills(skills: Sequence[Skill], workspace: SafeTree) -> list[SkillProblem]:
-    """Copy ``skills`` into ``workspace`` under ``skills/``; returns what could not be copied (a file
-    that became a link or grew past its bound since it was found, a full disk)."""
+    """Make ``workspace``'s ``skills/`` hold exactly ``skills``; returns what could not be copied (a
+    file that became a link or grew past its bound since it was found, a full disk)."""
+    _remove_old(workspace)
     problems: list[SkillProblem] = []
     for skill in skills:
         for file in skill.files:
@@ -39,3 +43,16 @@ def install_skills(skills: Sequence[Skill], workspace: SafeTree) -> list[SkillPr
 
 def _reason(exc: Exception) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _remove_old(workspace: SafeTree) -> None:
+    """Remove whatever ``skills/`` holds (a workspace used for an earlier turn, whose code may have
+    replaced it), without following a link: ``rmtree`` walks by descriptors here."""
+    with workspace.directory(()) as root:
+        try:
+            shutil.rmtree(SKILLS, dir_fd=root)
+        except FileNotFoundError:
+            pass
+        except OSError:  # a link or a file in its place (or a tree that cannot be emptied: writes report it)
+            with contextlib.suppress(OSError):
+                os.unlink(SKILLS, dir_fd=root)
