@@ -95,11 +95,29 @@ def minimal_xlsx(sheets: dict[str, Sequence[Sequence[Cell]]]) -> bytes:
         )
         shared = "".join(f"<si><t>{escape(text)}</t></si>" for text in strings)
         book.writestr("xl/sharedStrings.xml", f'<sst xmlns="{main}" count="{len(strings)}">{shared}</sst>')
-        book.writestr(
-            "[Content_Types].xml",
-            '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>',
+        book.writestr("_rels/.rels", _PACKAGE_RELS.format(rel=rel))
+        overrides = "".join(
+            f'<Override PartName="/xl/worksheets/sheet{number}.xml" ContentType="{_SHEET_TYPE}"/>'
+            for number in range(1, len(sheets) + 1)
         )
+        book.writestr("[Content_Types].xml", _CONTENT_TYPES.format(overrides=overrides))
     return buffer.getvalue()
+
+
+_SHEETML = "application/vnd.openxmlformats-officedocument.spreadsheetml"
+_SHEET_TYPE = f"{_SHEETML}.worksheet+xml"
+_PACKAGE_RELS = (
+    '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+    '<Relationship Id="rId1" Type="{rel}/officeDocument" Target="xl/workbook.xml"/></Relationships>'
+)
+_CONTENT_TYPES = (
+    '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+    '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+    '<Default Extension="xml" ContentType="application/xml"/>'
+    f'<Override PartName="/xl/workbook.xml" ContentType="{_SHEETML}.sheet.main+xml"/>'
+    f'<Override PartName="/xl/sharedStrings.xml" ContentType="{_SHEETML}.sharedStrings+xml"/>'
+    "{overrides}</Types>"
+)
 
 
 def minimal_docx(paragraphs: Sequence[str]) -> bytes:

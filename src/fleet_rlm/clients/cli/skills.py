@@ -109,7 +109,9 @@ def add(
 ) -> None:
     """Check a skill folder and copy it into your user skills (or the project's)."""
     source = SkillSource.PROJECT if project else SkillSource.USER
-    destination = next(directory.path for directory in skill_dirs() if directory.source is source)
+    destination = next((directory.path for directory in skill_dirs() if directory.source is source), None)
+    if destination is None:
+        raise _fail("the current directory no longer exists: there is no project to add the skill to")
     try:
         skill = add_skill(path, destination, source, replace=force)
     except SkillFormatError as exc:

@@ -53,7 +53,7 @@ def pdf_pages(path: str) -> list[str]:
     """The text of each page of a PDF, in order."""
     if pypdf is not None:
         reader = pypdf.PdfReader(path)
-        return [page.extract_text() or "" for page in reader.pages]
+        return [(page.extract_text() or "").strip() for page in reader.pages]
     with open(path, "rb") as handle:
         return _PdfText(handle.read()).pages()
 

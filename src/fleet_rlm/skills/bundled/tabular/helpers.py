@@ -95,6 +95,20 @@ def load(path: str, sheet: str | int | None = None, **kwargs: Any) -> Any:
     return pd.read_csv(path, **kwargs)
 
 
+def clean_numbers(df: Any, columns: Sequence[str] | None = None) -> Any:
+    """A copy of the DataFrame ``df`` in which each text column (of ``columns``, default all) whose
+    values all read as numbers (``"1,234"``, ``"12%"``, ``"$3"``, blanks) holds those numbers."""
+    out = df.copy()
+    for name in columns if columns is not None else list(out.columns):
+        if out[name].dtype.kind in "biufc":
+            continue
+        converted = out[name].map(to_number)
+        present = converted.dropna()
+        if len(present) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
+            out[name] = pd.to_numeric(converted)
+    return out
+
+
 def iter_rows(path: str, sheet: str | int | None = None, delimiter: str | None = None) -> Iterator[Row]:
     """The rows of the table at ``path`` one by one, as dicts with numbers converted."""
     suffix = _suffix(path)
@@ -164,7 +178,7 @@ def _parquet_rows(path: str) -> Iterator[Row]:
         yield from (_convert_row(row) for row in pd.read_parquet(path).to_dict("records"))
         return
     for batch in pq.ParquetFile(path).iter_batches():
-        yield from batch.to_pylist()
+        yield from (_convert_row(row) for row in batch.to_pylist())
 
 
 # -- Excel without openpyxl ---------------------------------------------------------------------
