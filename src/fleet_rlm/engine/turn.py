@@ -36,6 +36,7 @@ from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.select import RouteRefused, run_route, select_route
 from fleet_rlm.engine.observe import TurnObserver, TurnTrace, observed_sandboxes
 from fleet_rlm.engine.program import render_history
+from fleet_rlm.engine.skills import TurnSkills
 from fleet_rlm.protocol.events import SCHEMA_VERSION, EventSink, new_id
 from fleet_rlm.protocol.payloads import (
     ArtifactCreated,
@@ -229,6 +230,8 @@ class Turn:
 
     def _run_program(self) -> TurnOutcome:
         settings = self.settings
+        skills = TurnSkills.found()
+        skills.install(self.workspace, self.trace, report_catalog=True)
         ctx = RouteContext(
             settings=settings,
             budget=self.budget,
@@ -242,8 +245,9 @@ class Turn:
                 "history": Text(render_history([(h.message, h.answer) for h in self.request.history])),
             },
             interpreter_factory=self._sandbox_factory(),
-            tools=self._delegation().tools(depth=0, parent=self.trace, workspace=self.workspace),
+            tools=self._delegation(skills).tools(depth=0, parent=self.trace, workspace=self.workspace),
             has_files=bool(self.request.context_paths) or any(self.workspace.files_dir.iterdir()),
+            skills=skills.listing,
         )
         self.trace.warn_skipped(self.tree)
         try:
@@ -264,7 +268,7 @@ class Turn:
             )
         return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source)
 
-    def _delegation(self) -> Delegation:
+    def _delegation(self, skills: TurnSkills) -> Delegation:
         return Delegation(
             settings=self.settings,
             budget=self.budget,
@@ -275,6 +279,7 @@ class Turn:
             sub_lm=build_lm(self.settings.sub_lm.over(self.settings.lm)),
             register_sandbox=self._register_sandbox,
             scratch_root=self._scratch_root,
+            skills=skills,
         )
 
     def _register_sandbox(self, sandbox: Sandbox) -> None:
