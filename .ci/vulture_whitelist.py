@@ -25,6 +25,14 @@ _.lm_max_tokens
 _.on_module_start  # dspy.utils.BaseCallback hooks
 _.on_module_end
 _.on_lm_start
+_.on_interpreter_startup_start  # BaseCallback's interpreter hooks (the conformance suite records them)
+_.on_interpreter_startup_end
+_.on_interpreter_execute_start
+_.on_interpreter_execute_end
+_.on_interpreter_tool_call_start
+_.on_interpreter_tool_call_end
+_.on_interpreter_shutdown_start
+_.on_interpreter_shutdown_end
 _.sandbox_setup  # dspy.SandboxSerializable: how dspy.RLM puts a turn input into the sandbox
 _.to_sandbox
 _.sandbox_assignment
@@ -39,6 +47,8 @@ _.lm_end_status_message
 # Python introspection and the standard library.
 _.__qualname__  # set on the wrappers of bridged tools, read by inspect and error messages
 _.__signature__
+__getattr__  # fleet_rlm's module attribute hook: FleetInterpreter, imported on first use
+owner  # a parameter the descriptor protocol passes to __get__
 _.handlers  # logging.Logger.handlers
 _.maxstring  # reprlib.Repr limits
 _.maxother
@@ -77,6 +87,7 @@ _.log_path
 # pytest: module markers and plugin hooks.
 pytestmark
 pytest_collection_finish
+pytest_configure
 pytest_terminal_summary
 
 # protocol.payloads: event fields written to the wire by pydantic (the turn's usage is built from a

@@ -52,6 +52,17 @@ def test_run_renders_the_answer_and_artifacts_for_people(model_server: ScriptedM
     assert "artifacts/note.md" in result.stdout
 
 
+def test_run_shows_a_sandbox_restart_in_one_line(model_server: ScriptedModelServer, tmp_path: Path) -> None:
+    model_server.script(
+        "root", rlm_step("Crash.", "import os\nos._exit(3)"), rlm_step("Carry on.", "SUBMIT(answer='carried on')")
+    )
+    result = fleet(["run", "Crash once"], tmp_path, model_env(model_server))
+    assert result.returncode == 0, result.stderr
+    restarted = "↻ sandbox restarted (1/3) after exit status 3: variables lost, files kept"
+    assert restarted in result.stdout.splitlines()
+    assert "carried on" in result.stdout
+
+
 def test_failed_turn_exits_non_zero_with_one_line_reason(model_server: ScriptedModelServer, tmp_path: Path) -> None:
     model_server.script("root", rlm_step("Ask.", "print(llm_query('a'))"))
     result = fleet(["run", "Anything", "--max-model-calls", "1"], tmp_path, model_env(model_server))

@@ -24,6 +24,8 @@ class Recorder(BaseCallback):  # type: ignore[misc]
         self.lock = threading.Lock()
         self.model_calls = 0
         self.programs = 0
+        self.executions: list[str] = []
+        self.tool_calls: list[str] = []
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         with self.lock:
@@ -32,6 +34,14 @@ class Recorder(BaseCallback):  # type: ignore[misc]
     def on_module_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         with self.lock:
             self.programs += isinstance(instance, dspy.RLM)
+
+    def on_interpreter_execute_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        with self.lock:
+            self.executions.append(inputs["code"])
+
+    def on_interpreter_tool_call_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        with self.lock:
+            self.tool_calls.append(inputs["tool_name"])
 
 
 @pytest.fixture
@@ -59,6 +69,8 @@ def test_a_globally_installed_callback_sees_the_turn(harness: Harness, foreign: 
     # Fleet's own callbacks still run alongside: the iterations are reported.
     assert [e.data["iteration"] for e in run.of(EventType.ITERATION_STARTED)] == [1, 2]
     assert dspy.settings.callbacks[-1] is foreign  # the turn left the installed callbacks as they were
+    # The sandbox fires DSPy's interpreter callbacks, as DSPy's own interpreters do (e.g. for MLflow tracing).
+    assert "x = 6 * 7\nprint(x)" in foreign.executions and "SUBMIT(answer=str(x))" in foreign.executions
 
 
 def test_a_globally_installed_callback_sees_a_child_agent(harness: Harness, foreign: Recorder) -> None:
@@ -71,5 +83,6 @@ def test_a_globally_installed_callback_sees_a_child_agent(harness: Harness, fore
     assert run.outcome.answer == "helped"
     assert foreign.model_calls >= 2  # the parent's call and the child's
     assert foreign.programs == 2  # the parent's dspy.RLM and the child's
+    assert "spawn_agent" in foreign.tool_calls  # the parent's sandbox called the host tool
     child_span = run.of(EventType.CHILD_STARTED)[0].span_id
     assert [e for e in run.of(EventType.ITERATION_STARTED) if e.parent_span_id == child_span]

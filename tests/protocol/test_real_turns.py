@@ -84,6 +84,10 @@ def _flex(server: ScriptedModelServer) -> None:
     server.script("root", fields_reply(reasoning="The notes state it.", answer="The code is 7421."))
 
 
+def _restart(server: ScriptedModelServer) -> None:
+    server.script("root", rlm_step("Crash.", "import os\nos._exit(3)"), rlm_step("Again.", "SUBMIT(answer='ok')"))
+
+
 def _slow(server: ScriptedModelServer) -> None:
     server.script("root", rlm_step("Slow.", SLOW))
 
@@ -149,6 +153,12 @@ SCENARIOS = [
         {"message": "What is the code?", "mode": "flex"},
         frozenset({E.CODE, E.TOOL_STARTED, E.TOOL_FINISHED, E.REASONING, E.TURN_COMPLETED}),
         files={"notes.txt": b"The code is 7421.\n"},
+    ),
+    Scenario(
+        "restart",
+        _restart,
+        {"message": "Crash once", "mode": "rlm"},
+        frozenset({E.SANDBOX_RESTARTED, E.TURN_COMPLETED}),
     ),
     Scenario(
         "cancel",

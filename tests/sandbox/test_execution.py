@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,7 @@ def test_submit_without_output_fields_takes_one_value(sandbox: LocalSandbox) -> 
 
 
 def test_bad_variable_names_and_values_are_refused(sandbox: LocalSandbox) -> None:
-    with pytest.raises(CodeInterpreterError, match="invalid: \\['SUBMIT'\\]"):
+    with pytest.raises(CodeInterpreterError, match="invalid names: \\['SUBMIT'\\]"):
         sandbox.execute("pass", {"SUBMIT": 1})
     with pytest.raises(CodeInterpreterError, match="variable 'data' cannot be sent to the sandbox"):
         sandbox.execute("pass", {"data": object()})
@@ -180,3 +181,12 @@ def test_shutdown_during_an_execution_ends_it(sandbox: LocalSandbox, observer: R
     sandbox.shutdown()
     runner.join(timeout=5)
     assert isinstance(errors[0], CodeInterpreterError) and "shut down" in str(errors[0])
+
+
+def test_a_sandbox_outlives_the_thread_that_started_it(sandbox: LocalSandbox) -> None:
+    # bubblewrap's --die-with-parent follows the thread that launched it: Fleet launches from one that lasts.
+    starter = threading.Thread(target=lambda: sandbox.execute("kept = 'state'"))
+    starter.start()
+    starter.join(30)
+    time.sleep(0.2)
+    assert sandbox.execute("print(kept)") == "state"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError
 
+from fleet_rlm.sandbox.base import SandboxCrashed
 from fleet_rlm.sandbox.isolation import walk_processes_of
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
 from fleet_rlm.workspace.tree import SafeTree
@@ -105,7 +106,7 @@ def test_file_size_limit(make_sandbox: SandboxMaker) -> None:
 def test_infinite_loop_times_out_and_state_survives(make_sandbox: SandboxMaker) -> None:
     sandbox = make_sandbox(execution_timeout=0.5)
     sandbox.execute("kept = 'still here'")
-    with pytest.raises(CodeExecutionError, match=r"exceeded the 0.5s timeout and was interrupted"):
+    with pytest.raises(CodeExecutionError, match=r"exceeded execution timeout of 0.5 seconds"):
         sandbox.execute("while True:\n    pass")
     assert sandbox.execute("print(kept)") == "still here"
 
@@ -116,24 +117,38 @@ def test_code_ignoring_the_interrupt_is_killed(make_sandbox: SandboxMaker) -> No
     with pytest.raises(CodeInterpreterError, match="did not stop when interrupted") as caught:
         sandbox.execute(code)
     assert not isinstance(caught.value, CodeExecutionError)
+    assert isinstance(caught.value, SandboxCrashed)
+    assert caught.value.cause == "the code ran past the 0.5s timeout and did not stop when interrupted"
     with pytest.raises(CodeInterpreterError, match="did not stop when interrupted"):
         sandbox.execute("print('again')")
 
 
 @pytest.mark.parametrize(
-    ("code", "reason"),
+    ("code", "reason", "cause"),
     [
-        ("import os\nos._exit(3)", "exit status 3"),
-        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "killed by SIGKILL"),
+        ("print('bye', flush=True)\nimport os\nos._exit(3)", "exit status 3", "exit status 3"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "killed by SIGKILL", "SIGKILL"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)", "killed by SIGTERM", "SIGTERM"),
     ],
 )
-def test_dead_worker_is_an_interpreter_error(sandbox: LocalSandbox, code: str, reason: str) -> None:
+def test_dead_worker_is_an_interpreter_error(sandbox: LocalSandbox, code: str, reason: str, cause: str) -> None:
     sandbox.execute("x = 1")
     with pytest.raises(CodeInterpreterError, match=f"exited unexpectedly \\({reason}") as caught:
         sandbox.execute(code)
     assert not isinstance(caught.value, CodeExecutionError)
+    assert isinstance(caught.value, SandboxCrashed) and caught.value.cause == cause
+    assert caught.value.output == ("bye" if "bye" in code else "")
     with pytest.raises(CodeInterpreterError, match="exited unexpectedly"):
         sandbox.execute("print(x)")
+
+
+def test_a_broken_protocol_is_a_crash(sandbox: LocalSandbox) -> None:
+    garbage = "import os\nfor fd in range(3, 1024):\n    try:\n        os.write(fd, b'not json\\n')\n    except OSError:\n        pass"
+    with pytest.raises(SandboxCrashed, match="the sandbox worker failed: unreadable reply") as caught:
+        sandbox.execute(garbage)
+    assert caught.value.cause.startswith("a protocol error (unreadable reply: ")
+    with pytest.raises(CodeInterpreterError, match="unreadable reply"):
+        sandbox.execute("pass")
 
 
 def test_interrupt_cancels_a_running_execution_quickly(sandbox: LocalSandbox) -> None:
@@ -156,6 +171,7 @@ def test_interrupt_cancels_a_running_execution_quickly(sandbox: LocalSandbox) ->
     runner.join(timeout=5)
     assert ended and ended[0] - interrupted < 1.0
     assert isinstance(errors[0], CodeInterpreterError) and "cancelled" in str(errors[0])
+    assert not isinstance(errors[0], SandboxCrashed)  # a cancel is not a crash: nothing restarts it
     with pytest.raises(CodeInterpreterError, match="cancelled"):
         sandbox.execute("pass")
 
@@ -200,7 +216,7 @@ def test_timeout_interrupts_blocking_calls(make_sandbox: SandboxMaker) -> None:
     sandbox = make_sandbox(execution_timeout=0.5)
     sandbox.tools["stall"] = lambda: threading.Event().wait(3) and None
     for code in ("import time\ntime.sleep(30)", "import threading\nthreading.Event().wait()", "stall()"):
-        with pytest.raises(CodeExecutionError, match=r"exceeded the 0.5s timeout and was interrupted"):
+        with pytest.raises(CodeExecutionError, match=r"exceeded execution timeout of 0.5 seconds"):
             sandbox.execute(code)
     assert sandbox.execute("print('still usable')") == "still usable"
 

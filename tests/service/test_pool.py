@@ -26,7 +26,7 @@ async def test_turns_take_a_started_sandbox_and_the_pool_refills(
     model_server.script("root", rlm_step("Where am I?", "import os\nSUBMIT(answer=str(sorted(os.listdir('.'))))"))
     turn, _ = await service.submit_turn("s", TurnSubmission(message="x"))
     done = await service.wait_for_turn(turn.id)
-    assert done.status == "completed" and done.answer == "['artifacts', 'files', 'memory', 'tmp']"
+    assert done.status == "completed" and done.answer == "['artifacts', 'files', 'memory', 'skills', 'tmp']"
     assert (service.pool.warm_leases, service.pool.cold_leases) == (1, 0)
     await pool_filled(service, 1)
 

@@ -97,6 +97,12 @@ class BudgetSettings(BaseModel):
     max_concurrent_children: int = Field(default=4, gt=0, description="Child agents running at once per turn.")
     child_max_iterations: int = Field(default=10, gt=0, description="Iteration budget of each child agent.")
     child_timeout: float = Field(default=300.0, gt=0, description="Seconds a child may run; never beyond its parent.")
+    max_sandbox_restarts: int = Field(
+        default=3,
+        ge=0,
+        description="Fresh sandboxes per turn, child agents included, after the worker died or broke its protocol; "
+        "one more crash fails the turn. 0: a crash fails the turn.",
+    )
     max_cost_per_turn: float | None = Field(
         default=None, gt=0, description="Ceiling on model cost per turn (needs prices)."
     )

@@ -11,7 +11,8 @@ from fleet_rlm.protocol.payloads import BudgetKind
 
 
 class BudgetExceeded(RuntimeError):
-    """A turn limit was hit; ``kind`` names the limit (model_calls, tokens, cost, children, deadline)."""
+    """A turn limit was hit; ``kind`` names the limit (model_calls, tokens, cost, children, deadline,
+    sandbox_restarts)."""
 
     def __init__(self, kind: BudgetKind, limit: float, message: str) -> None:
         super().__init__(message)
@@ -34,6 +35,8 @@ class TurnBudget:
     prices: dict[str, tuple[float, float]] = field(default_factory=dict)
     max_children: int = 0
     children_started: int = 0
+    max_sandbox_restarts: int = 0
+    sandbox_restarts: int = 0
     calls: dict[str, int] = field(default_factory=dict)
     usage: TurnUsage = field(default_factory=TurnUsage)
     cancelled: bool = False
@@ -88,6 +91,22 @@ class TurnBudget:
                 )
             self.children_started += 1
             return self.children_started
+
+    def reserve_restart(self, cause: str) -> int:
+        """Count one more restart of a crashed sandbox (``cause``: what ended it) or raise; its ordinal."""
+        self.check_alive()
+        with self._lock:
+            limit = self.max_sandbox_restarts
+            if self.sandbox_restarts >= limit:
+                message = (
+                    f"the sandbox crashed ({cause}) and restarts are off (max_sandbox_restarts is 0)"
+                    if limit == 0
+                    else f"the sandbox crashed again ({cause}) after {limit} restart{'s' if limit > 1 else ''}, the most one turn allows "
+                    "(max_sandbox_restarts)"
+                )
+                raise BudgetExceeded("sandbox_restarts", limit, message)
+            self.sandbox_restarts += 1
+            return self.sandbox_restarts
 
 
 def budget_error_in(exc: BaseException) -> BudgetExceeded | TurnCancelled | None:

@@ -1,7 +1,8 @@
 """Child agents: ``spawn_agent`` / ``spawn_agents`` in sandbox code, each child its own RLM and sandbox.
 
-A child gets a fresh workspace holding copies of the files it was handed, a fresh ``dspy.RLM`` with
-the same tools (delegation included while depth allows; ``remember`` never) and its own iteration budget. Model calls,
+A child gets a fresh workspace holding copies of the files it was handed and of the turn's skills,
+a fresh ``dspy.RLM`` with the same tools (delegation included while depth allows; ``remember``
+never) and its own iteration budget. Model calls,
 children and the deadline are drawn from the one :class:`TurnBudget` of the run tree. A child never
 fails its parent: every limit or error comes back as a result the parent's code can read. The
 child's artifacts are promoted into the parent's workspace under ``artifacts/children/<child-id>/``
@@ -29,6 +30,7 @@ from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM, program_context
 from fleet_rlm.engine.observe import RLMCallbacks, TurnObserver, TurnTrace, observed_sandboxes
 from fleet_rlm.engine.program import build_rlm
+from fleet_rlm.engine.skills import TurnSkills
 from fleet_rlm.engine.usage import TurnUsage
 from fleet_rlm.protocol.events import new_id
 from fleet_rlm.protocol.payloads import ChildFinished, ChildStarted, ChildUsage, TurnWarning
@@ -55,6 +57,8 @@ class Delegation:
     sub_lm: dspy.LM
     register_sandbox: Callable[[Sandbox], None]
     scratch_root: Path
+    skills: TurnSkills = field(default_factory=TurnSkills)
+    """The turn's skills, installed into every child's workspace too."""
     _slots: dict[int, threading.BoundedSemaphore] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -205,6 +209,7 @@ class ChildRun:
             self._copy_inputs(workspace)
         except (PathEscapeError, OSError) as exc:
             return _result(self.child_id, "failed", error=f"bad file for child: {_reason(exc)}")
+        self.delegation.skills.install(workspace, self.trace)
         deadline = min(self.delegation.settings.budget.child_timeout, self.delegation.budget.remaining_seconds())
         if deadline <= 0:
             return _result(self.child_id, "timeout", error="no time left in the turn for a child agent")
@@ -256,7 +261,7 @@ class ChildRun:
             spec,
             self.trace,
             self.delegation.settings,
-            admit=budget.check_alive,
+            budget=budget,
             on_create=self._register,
         )
         rlm = build_rlm(
@@ -268,6 +273,7 @@ class ChildRun:
             tools=self.delegation.tools(depth=self.depth, parent=self.trace, workspace=workspace) or None,
             guard=self.trace.guard,
             on_extract=self.trace.mark_extracted,
+            skills=self.delegation.skills.listing,
         )
         inputs = {
             "task": Text(self.task),

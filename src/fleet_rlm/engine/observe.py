@@ -2,7 +2,8 @@
 
 ``RLMCallbacks`` watches ``dspy.RLM``'s predictors (each action call is an iteration);
 ``TurnObserver`` receives sandbox output and tool calls; ``ObservedSandbox`` wraps each sandbox
-to count code errors and announce artifacts as soon as an execution writes them.
+to count code errors, announce artifacts as soon as an execution writes them and replace the
+sandbox when its worker crashes (:mod:`fleet_rlm.engine.restart`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from dspy.utils import BaseCallback
 
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.bridge import BridgeGuard
+from fleet_rlm.engine.budget import TurnBudget
 from fleet_rlm.engine.dspy_compat import strip_code_fences
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import LoopGuard
+from fleet_rlm.engine.restart import SandboxRestarter, restart_observation
 from fleet_rlm.protocol.events import new_id
 from fleet_rlm.protocol.payloads import (
     BudgetExhausted,
@@ -33,7 +36,15 @@ from fleet_rlm.protocol.payloads import (
     ToolStarted,
     TurnWarning,
 )
-from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, Sandbox, SandboxBackend, SandboxFactory, SandboxSpec
+from fleet_rlm.sandbox.base import (
+    CodeFailed,
+    CodeSyntaxError,
+    Sandbox,
+    SandboxBackend,
+    SandboxCrashed,
+    SandboxFactory,
+    SandboxSpec,
+)
 from fleet_rlm.workspace.tree import SafeTree
 
 PREVIEW_CHARS = 200
@@ -171,14 +182,24 @@ class ObservedSandbox:
     """A sandbox as the turn uses it; DSPy sees the same ``CodeInterpreter`` surface.
 
     ``tools`` is what DSPy and Fleet register; the sandbox itself only ever gets the checked
-    tools ``guard`` makes of them, at each execution.
+    tools ``guard`` makes of them, at each execution. When the worker crashes while the model's
+    code runs, ``restarter`` swaps in a fresh sandbox and the execution raises what the model is
+    told (a ``CodeExecutionError``), so the loop carries on.
     """
 
-    def __init__(self, inner: Sandbox, trace: TurnTrace, after_execute: Callable[[], None], guard: BridgeGuard) -> None:
+    def __init__(
+        self,
+        inner: Sandbox,
+        trace: TurnTrace,
+        after_execute: Callable[[], None],
+        guard: BridgeGuard,
+        restarter: SandboxRestarter | None = None,
+    ) -> None:
         self._inner = inner
         self._trace = trace
         self._after_execute = after_execute
         self._guard = guard
+        self._restarter = restarter
         self.tools: dict[str, Callable[..., Any]] = {}
 
     @property
@@ -201,11 +222,20 @@ class ObservedSandbox:
         self._inner.start()
 
     def execute(self, code: str, variables: dict[str, Any] | None = None) -> Any:
-        self._inner.tools = self._guard.bridge(self.tools)
+        self._inner.tools = self._bridged_tools()
         trace = self._trace
         own_code = trace.iteration > 0  # DSPy's setup executions come before the first iteration
+        if not own_code and self._restarter is not None:
+            self._restarter.record_setup(code, variables)
         try:
             result = self._inner.execute(code, variables)
+        except SandboxCrashed as crash:
+            if not own_code or self._restarter is None:
+                raise
+            with trace.lock:
+                trace.sandbox_errors += 1
+            self._inner = self._restarter.replace(self._inner, crash, self._bridged_tools)
+            raise CodeExecutionError(restart_observation(crash)) from crash
         except (CodeExecutionError, SyntaxError) as exc:
             with trace.lock:
                 trace.sandbox_errors += 1
@@ -223,6 +253,9 @@ class ObservedSandbox:
         finally:
             self._after_execute()
 
+    def _bridged_tools(self) -> dict[str, Callable[..., Any]]:
+        return self._guard.bridge(self.tools)
+
     def interrupt(self) -> None:
         self._inner.interrupt()
 
@@ -236,18 +269,23 @@ def observed_sandboxes(
     trace: TurnTrace,
     settings: Settings,
     *,
-    admit: Callable[[], None],
+    budget: TurnBudget,
     on_create: Callable[[Sandbox], None],
     after_execute: Callable[[], None] = lambda: None,
 ) -> SandboxFactory:
-    """The sandbox factory of one RLM loop (a turn's or a child agent's): ``admit`` may refuse a
-    sandbox, ``on_create`` registers it for cancel, and each is observed by ``trace`` with its tool
-    calls checked by a guard of its own."""
+    """The sandbox factory of one RLM loop (a turn's or a child agent's): ``budget`` may refuse a
+    sandbox (a cancelled or timed-out turn) and bounds restarts after crashes, ``on_create``
+    registers each sandbox (a restarted one too) for cancel, and each is observed by ``trace`` with
+    its tool calls checked by a guard of its own."""
 
     def observed(sandbox: Sandbox) -> Sandbox:
-        return ObservedSandbox(sandbox, trace, after_execute, BridgeGuard.for_settings(settings))
+        restarter = SandboxRestarter(
+            factory.make, budget.reserve_restart, budget.max_sandbox_restarts, trace.emit_in_iteration
+        )
+        return ObservedSandbox(sandbox, trace, after_execute, BridgeGuard.for_settings(settings), restarter)
 
-    return SandboxFactory(backend, spec, admit=admit, on_create=on_create, wrap=observed)
+    factory = SandboxFactory(backend, spec, admit=budget.check_alive, on_create=on_create, wrap=observed)
+    return factory
 
 
 def describe_failure(exc: BaseException) -> ExecutionFailed:

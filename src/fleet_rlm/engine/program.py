@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dspy
@@ -32,6 +32,38 @@ class FleetTask(dspy.Signature):  # type: ignore[misc]
     answer: str = dspy.OutputField(desc="The final answer for the person, in Markdown.")
 
 
+MAX_SKILLS_CHARS = 8000
+
+
+def skills_instructions(skills: Sequence[tuple[str, str]], *, max_chars: int = MAX_SKILLS_CHARS) -> str:
+    """What the model is told of the skills installed under ``skills/``: each one's name and
+    description, never its body (the model reads ``SKILL.md`` with code when a job needs it)."""
+    if not skills:
+        return ""
+    lines: list[str] = []
+    room = max_chars
+    for index, (name, description) in enumerate(skills):
+        line = f"- {name}: {description}"
+        if len(line) > room:
+            lines.append(f"- ... and {len(skills) - index} more: list them with os.listdir('skills')")
+            break
+        lines.append(line)
+        room -= len(line) + 1
+    return (
+        "Skills: `skills/<name>/` holds read-only guidance and helper code for common jobs. When the task "
+        "involves one, first read its `skills/<name>/SKILL.md` with code (print it whole) and follow it; it "
+        "says how to load its helpers. Available skills:\n" + "\n".join(lines)
+    )
+
+
+def task_signature(skills: Sequence[tuple[str, str]] = ()) -> type[dspy.Signature]:
+    """:class:`FleetTask`, with the installed skills listed after its instructions when there are any."""
+    listing = skills_instructions(skills)
+    if not listing:
+        return FleetTask
+    return FleetTask.with_instructions(f"{FleetTask.instructions}\n\n{listing}")  # type: ignore[no-any-return]
+
+
 class FleetRLM(dspy.RLM):  # type: ignore[misc]
     """``dspy.RLM`` telling the model about the sub-agents Fleet's bridge builds, not DSPy's full set."""
 
@@ -50,11 +82,13 @@ def build_rlm(
     tools: list[Callable[..., Any]] | None = None,
     guard: LoopGuard | None = None,
     on_extract: Callable[[], None] | None = None,
+    skills: Sequence[tuple[str, str]] = (),
 ) -> FleetRLM:
     """Fleet's ``dspy.RLM``. With ``guard``, its extract step refuses to answer when no code ever
-    ran successfully, and calls ``on_extract`` before it answers from the work so far."""
+    ran successfully, and calls ``on_extract`` before it answers from the work so far. ``skills``
+    (name, description) are listed in the instructions."""
     rlm = FleetRLM(
-        FleetTask,
+        task_signature(skills),
         max_iters=max_iterations,
         # Fleet's own budget counts root and sub-model calls on one counter and fires first.
         max_llm_calls=max_model_calls,

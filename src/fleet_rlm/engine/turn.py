@@ -38,6 +38,7 @@ from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.select import RouteRefused, run_route, select_route
 from fleet_rlm.engine.observe import TurnObserver, TurnTrace, observed_sandboxes
 from fleet_rlm.engine.program import render_context
+from fleet_rlm.engine.skills import TurnSkills
 from fleet_rlm.protocol.events import SCHEMA_VERSION, EventSink, new_id
 from fleet_rlm.protocol.payloads import (
     ArtifactCreated,
@@ -144,6 +145,7 @@ class Turn:
             max_cost=budget.max_cost_per_turn,
             prices=dict(budget.model_prices),
             max_children=budget.max_children_per_turn,
+            max_sandbox_restarts=budget.max_sandbox_restarts,
         )
         self.trace = TurnTrace(self.emitter, self.max_iterations, guard=LoopGuard.from_settings(budget))
         self._sandboxes: list[Sandbox] = []
@@ -234,6 +236,8 @@ class Turn:
 
     def _run_program(self) -> TurnOutcome:
         settings = self.settings
+        skills = TurnSkills.found()
+        skills.install(self.workspace, self.trace, report_catalog=True)
         ctx = RouteContext(
             settings=settings,
             budget=self.budget,
@@ -249,8 +253,10 @@ class Turn:
                 ),
             },
             interpreter_factory=self._sandbox_factory(),
-            tools=self._delegation().tools(depth=0, parent=self.trace, workspace=self.workspace) + self._memory_tools(),
+            tools=self._delegation(skills).tools(depth=0, parent=self.trace, workspace=self.workspace)
+            + self._memory_tools(),
             has_files=bool(self.request.context_paths) or any(self.workspace.files_dir.iterdir()),
+            skills=skills.listing,
         )
         self.trace.warn_skipped(self.tree)
         try:
@@ -271,7 +277,7 @@ class Turn:
             )
         return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source)
 
-    def _delegation(self) -> Delegation:
+    def _delegation(self, skills: TurnSkills) -> Delegation:
         return Delegation(
             settings=self.settings,
             budget=self.budget,
@@ -282,6 +288,7 @@ class Turn:
             sub_lm=build_lm(self.settings.sub_lm.over(self.settings.lm)),
             register_sandbox=self._register_sandbox,
             scratch_root=self._scratch_root,
+            skills=skills,
         )
 
     def _memory_tools(self) -> list[Callable[..., Any]]:
@@ -306,7 +313,7 @@ class Turn:
             spec,
             self.trace,
             self.settings,
-            admit=self.budget.check_alive,
+            budget=self.budget,
             on_create=self._register_sandbox,
             after_execute=self._announce_artifacts,
         )

@@ -2,8 +2,8 @@
 
 Every event serializes as ``{"type", "seq", "turn_id", "ts", "span_id", "parent_span_id", "data"}``.
 ``seq`` only grows within a turn. Spans form a tree (turn > iteration > tool call, child agent > ...)
-so clients can draw nested work. Documented in ``docs/events.md``; bump ``SCHEMA_VERSION`` when an
-event's meaning or required data changes.
+so clients can draw nested work. Documented in ``docs/events.md``; bump ``SCHEMA_VERSION`` (and list
+the change there) when an event type is added or an event's meaning or required data changes.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class EventType(StrEnum):
     CODE = "code"
     OUTPUT = "output"
     EXECUTION_FAILED = "execution.failed"
+    SANDBOX_RESTARTED = "sandbox.restarted"
     TOOL_STARTED = "tool.started"
     TOOL_FINISHED = "tool.finished"
     CHILD_STARTED = "child.started"

@@ -16,7 +16,7 @@ from fleet_rlm.protocol.routes import Mode, Route
 from fleet_rlm.protocol.status import AnswerSource, ChildOutcome, TurnStatus
 
 OutputStream = Literal["stdout", "stderr"]
-BudgetKind = Literal["iterations", "model_calls", "tokens", "cost", "children", "deadline"]
+BudgetKind = Literal["iterations", "model_calls", "tokens", "cost", "children", "deadline", "sandbox_restarts"]
 
 
 def _absent(value: Any) -> bool:
@@ -185,6 +185,19 @@ class ExecutionFailed(Payload):
     traceback: str = Field(description="the trimmed traceback the model saw: its own frames only, at most 30 lines")
 
 
+class SandboxRestarted(Payload):
+    event_type = EventType.SANDBOX_RESTARTED
+    span = "iteration"
+    summary = (
+        "the worker died or broke its protocol while the code ran; a fresh sandbox on the same workspace "
+        "carries on (variables lost, files kept) and the model is told"
+    )
+
+    cause: str = Field(description="what ended the worker, e.g. `exit status 3`, `SIGKILL at the 512 MB memory limit`")
+    restart: int = Field(description="1-based count of the turn's restarts, child agents' included")
+    max_restarts: int = Field(description="`max_sandbox_restarts`; one more crash fails the turn (or the child)")
+
+
 class ToolStarted(Payload):
     event_type = EventType.TOOL_STARTED
     span = "tool call (parent: iteration)"
@@ -329,6 +342,7 @@ PAYLOADS: tuple[type[Payload], ...] = (
     Code,
     Output,
     ExecutionFailed,
+    SandboxRestarted,
     ToolStarted,
     ToolFinished,
     ChildStarted,

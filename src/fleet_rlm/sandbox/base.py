@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Self
 
-from dspy.primitives import CodeExecutionError
+from dspy.primitives import CodeExecutionError, CodeInterpreterError
 
 from fleet_rlm.config import BudgetSettings, SandboxSettings
 from fleet_rlm.protocol.payloads import OutputStream
@@ -160,6 +160,28 @@ class CodeSyntaxError(SyntaxError):
         self.line = line
 
 
+class SandboxCrashed(CodeInterpreterError):  # type: ignore[misc]
+    """The worker died or broke its protocol during an execution: not a cancel and not a shutdown.
+
+    The sandbox is unusable, as after any ``CodeInterpreterError``, but nothing outside it is wrong:
+    a fresh sandbox on the same workspace can carry on. ``cause`` says what happened in a few words
+    ("exit status 3", "SIGKILL at the 512 MB memory limit"); ``output`` is what the execution
+    printed before it.
+    """
+
+    def __init__(self, text: str, *, cause: str) -> None:
+        super().__init__(text)
+        self.cause = cause
+        self.output = ""
+
+
+class InvalidInterpreterInput(CodeInterpreterError, ValueError):  # type: ignore[misc]
+    """What the host handed the sandbox cannot be used (code that is not a string, a bad tool, variable
+    or output field name, a value that is not JSON), so nothing ran and the sandbox is as it was. A
+    ``CodeInterpreterError``, as DSPy's protocol asks of host-side setup errors, and a ``ValueError``,
+    as ``dspy.LocalInterpreter`` raises for bad tool names and output fields."""
+
+
 class SandboxUnavailable(RuntimeError):
     """The backend cannot start a sandbox on this machine; the message says how to fix it."""
 
@@ -231,10 +253,16 @@ class SandboxFactory:
         self.created: list[Sandbox] = []
 
     def __call__(self) -> Sandbox:
+        sandbox = self.make()
+        return sandbox if self._wrap is None else self._wrap(sandbox)
+
+    def make(self) -> Sandbox:
+        """A new sandbox, admitted and announced like every other, but not wrapped: what a wrapper
+        calls to replace the sandbox it holds (a restart after a crash)."""
         self._admit()
         sandbox = self.backend.create(self.spec)
         with self._lock:
             self.created.append(sandbox)
         if self._on_create is not None:
             self._on_create(sandbox)
-        return sandbox if self._wrap is None else self._wrap(sandbox)
+        return sandbox

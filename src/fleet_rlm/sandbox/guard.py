@@ -136,6 +136,16 @@ class SandboxGuard:
             )
         return None
 
+    def limit_hit(self) -> str | None:
+        """The whole-sandbox limit that killed it, in a few words ("the 512 MB memory limit"): the
+        host's CPU time watch, or the kernel killing a process at the memory limit since the last
+        :meth:`notice`."""
+        if self.stopped_for is not None:
+            return f"the {self.limits.cpu_seconds}s CPU time limit"
+        if self.cgroups is not None and self.cgroups.oom_kills() > self._seen_ooms:
+            return f"the {self.limits.memory_mb} MB memory limit"
+        return None
+
     # -- ending ----------------------------------------------------------------------------------
 
     def kill_all(self) -> None:

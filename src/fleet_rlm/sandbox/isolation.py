@@ -31,6 +31,7 @@ import psutil
 from fleet_rlm.sandbox.base import SandboxLimits
 from fleet_rlm.sandbox.guard import SandboxGuard
 from fleet_rlm.sandbox.protections import MachineProtections
+from fleet_rlm.sandbox.spawner import on_lasting_thread
 
 WORKSPACE_MOUNT = "/workspace"
 WORKER_MOUNT = "/opt/fleet/worker.py"
@@ -145,6 +146,10 @@ class LaunchedWorker:
         """Why the sandbox died, when a whole-sandbox limit explains it."""
         return self.guard.death_reason() if self.guard is not None else None
 
+    def limit_hit(self) -> str | None:
+        """The whole-sandbox limit that killed it, in a few words, when one did."""
+        return self.guard.limit_hit() if self.guard is not None else None
+
 
 def _nothing() -> None:
     return None
@@ -239,16 +244,19 @@ class Launcher:
             with contextlib.suppress(OSError):  # larger pipes mean fewer wake-ups for big inputs
                 fcntl.fcntl(fd, set_pipe_size, PIPE_SIZE)
         try:
-            process = subprocess.Popen(
-                [*argv, f"cmd_fd={command_r}", f"reply_fd={reply_w}", *worker_args],
-                stdin=subprocess.DEVNULL,
-                stdout=stdout_w,
-                stderr=stderr_w,
-                pass_fds=(command_r, reply_w, *pass_fds),
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-                preexec_fn=preexec,
+            # From the spawner thread: --die-with-parent follows the thread that started the sandbox.
+            process = on_lasting_thread(
+                lambda: subprocess.Popen(
+                    [*argv, f"cmd_fd={command_r}", f"reply_fd={reply_w}", *worker_args],
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout_w,
+                    stderr=stderr_w,
+                    pass_fds=(command_r, reply_w, *pass_fds),
+                    env=env,
+                    cwd=cwd,
+                    start_new_session=True,
+                    preexec_fn=preexec,
+                )
             )
         except OSError:
             for fd in (command_r, command_w, reply_r, reply_w, stdout_r, stdout_w, stderr_r, stderr_w):

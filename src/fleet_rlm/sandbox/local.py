@@ -70,15 +70,27 @@ print(json.dumps(found))
 """
 
 
-EXECUTION_INSTRUCTIONS = (
-    "Code runs as Python in a persistent, isolated sandbox process: there is no network access and the "
-    "environment is empty. The working directory is your workspace (read and write files there); /tmp is "
-    "private scratch space; the rest of the file system is read-only or hidden. Variables, imports and "
-    "functions persist between executions. Host tools and SUBMIT are global functions; their arguments and "
-    "results must be JSON-compatible, and they may be called from several threads at once. The value of a "
-    "trailing expression is printed, as in a Python REPL. Each execution has a time limit (long-running code "
-    "is interrupted) and very long output is cut."
+TRAILING_VALUE_PRINTED = "The value of a trailing expression is printed, as in a Python REPL."
+TRAILING_VALUE_RETURNED = (
+    "The value of a trailing expression is the execution's result (what was printed is the result only when "
+    "that value is None), as in DSPy's interpreters."
 )
+
+
+def execution_instructions(trailing_value: str = TRAILING_VALUE_PRINTED) -> str:
+    """What the model is told about the sandbox, with the sentence on trailing expressions given."""
+    return (
+        "Code runs as Python in a persistent, isolated sandbox process: there is no network access and the "
+        "environment is empty. The working directory is your workspace (read and write files there); /tmp is "
+        "private scratch space; the rest of the file system is read-only or hidden. Variables, imports and "
+        "functions persist between executions. Host tools and SUBMIT are global functions; their arguments and "
+        "results must be JSON-compatible, and they may be called from several threads at once. "
+        f"{trailing_value} Each execution has a time limit (long-running code is interrupted) and very long "
+        "output is cut."
+    )
+
+
+EXECUTION_INSTRUCTIONS = execution_instructions()
 
 
 class LocalSandboxBackend(SandboxBackend):
@@ -155,12 +167,17 @@ class LocalSandboxBackend(SandboxBackend):
         return plain_volume(directory)
 
     def create(self, spec: SandboxSpec) -> LocalSandbox:
+        return LocalSandbox(spec, self.checked_launcher(spec.limits), interrupt_grace=self.interrupt_grace)
+
+    def checked_launcher(self, limits: SandboxLimits) -> Launcher:
+        """:meth:`launcher`, refused (SandboxUnavailable) when limits are required and this machine
+        cannot enforce them all."""
         launcher = self.launcher()
         if self.require_limits:
-            refused = refusal(self.protections_report(spec.limits))
+            refused = refusal(self.protections_report(limits))
             if refused:
                 raise SandboxUnavailable(refused)
-        return LocalSandbox(spec, launcher, interrupt_grace=self.interrupt_grace)
+        return launcher
 
     def check(self) -> BackendCheck:
         """Really start a sandbox and probe its isolation (network, host files, environment)."""

@@ -11,17 +11,26 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar, cast
 
 from dspy.primitives import CodeInterpreterError, FinalOutput
+from dspy.utils import BaseCallback, with_callbacks
 
-from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, SandboxSpec, SandboxUnavailable
+from fleet_rlm.sandbox.base import (
+    CodeFailed,
+    CodeSyntaxError,
+    InvalidInterpreterInput,
+    SandboxCrashed,
+    SandboxSpec,
+    SandboxUnavailable,
+)
 from fleet_rlm.sandbox.isolation import WORKSPACE_MOUNT, LaunchedWorker, Launcher
 from fleet_rlm.sandbox.output import CappedText, GuardedObserver, OutputPump
 from fleet_rlm.sandbox.protocol import decode_message, encode_message, execute_message, write_all
-from fleet_rlm.sandbox.tool_calls import check_tool_names, run_tool_call
+from fleet_rlm.sandbox.tool_calls import check_tool_names, invoke, run_tool_call
 from fleet_rlm.sandbox.variables import VariableCache
 
 DEFAULT_INTERRUPT_GRACE = 2.0
@@ -29,7 +38,19 @@ DEFAULT_START_TIMEOUT = 30.0
 MAX_REPLY_BYTES = 256 * 1024 * 1024  # a SUBMIT larger than this is refused rather than exhausting the host
 _CLOSED = object()  # the worker's reply pipe ended
 _CANCELLED = object()  # interrupt() was called
-_SIGNALS = {int(signum): signum.name for signum in (signal.SIGKILL, signal.SIGXCPU, signal.SIGSEGV, signal.SIGXFSZ)}
+_CALL_TOOLS: contextvars.ContextVar[Mapping[str, Callable[..., Any]] | None] = contextvars.ContextVar(
+    "fleet_sandbox_call_tools", default=None
+)  # in a tool call's thread: the tools of the execution that made the call
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def fires_dspy_callbacks(method: _Method) -> _Method:
+    """DSPy's ``with_callbacks``, typed. DSPy picks the hook by the method's name, as for its own
+    interpreters: ``start``, ``execute``, ``invoke_tool`` and ``shutdown`` fire
+    ``on_interpreter_{startup,execute,tool_call,shutdown}_{start,end}`` of the callbacks configured with
+    ``dspy.configure``/``dspy.context`` and of the sandbox's own ``callbacks``."""
+    return cast(_Method, with_callbacks(method))
 
 
 @dataclass(frozen=True)
@@ -50,7 +71,9 @@ class LocalSandbox:
 
     Implements DSPy's ``CodeInterpreter`` protocol: ``tools`` and ``output_fields`` are read at each
     ``execute``. Errors the model can fix raise ``CodeExecutionError`` (or ``SyntaxError``); a dead,
-    stuck or cancelled worker raises ``CodeInterpreterError`` and the sandbox stays unusable.
+    stuck or cancelled worker raises ``CodeInterpreterError`` and the sandbox stays unusable. A
+    worker that died or broke its protocol by itself raises the subclass ``SandboxCrashed``. Like
+    DSPy's own interpreters it fires DSPy's interpreter callbacks (see :func:`fires_dspy_callbacks`).
     """
 
     def __init__(
@@ -65,6 +88,8 @@ class LocalSandbox:
         self._observer = GuardedObserver(spec.observer)
         self.tools: dict[str, Callable[..., Any]] = {}
         self.output_fields: list[dict[str, Any]] | None = None
+        self.callbacks: list[BaseCallback] = []
+        """DSPy callbacks of this sandbox alone, besides those DSPy's settings hold."""
         self.bytes_sent = 0  # bytes written to the worker, so callers (and tests) can see what travels
         # False: a trailing expression's value is printed, as in a REPL (what dspy.RLM shows the model).
         # True: execute() returns it when it is not None, as DSPy's own interpreters do (dspy.Flex reads it).
@@ -81,7 +106,9 @@ class LocalSandbox:
         self._send_lock = threading.Lock()
         self._kill_lock = threading.Lock()
         self._execution = 0
-        self._ended: str | None = None  # why the sandbox can no longer be used
+        self._ended: str | None = None  # why the sandbox can no longer be used (the first reason stays)
+        self._crash_cause: str | None = None  # set when that reason is a crash of the worker
+        self._end_lock = threading.Lock()
         self._killed = False
         self._active: _ActiveExecution | None = None
 
@@ -106,16 +133,15 @@ class LocalSandbox:
 
     # -- lifecycle --------------------------------------------------------------------------------
 
+    @fires_dspy_callbacks
     def start(self) -> None:
         with self._start_lock:
             self._check_usable()
             if self._worker is not None:
                 return
-            workspace = self.spec.workspace
-            if not workspace.is_dir():
-                raise SandboxUnavailable(f"sandbox workspace {workspace} is not a directory")
+            workspace = self._launch_workspace()
             try:
-                worker = self._launcher.launch(workspace.resolve(), self.spec.limits)
+                worker = self._launcher.launch(workspace, self.spec.limits)
             except OSError as exc:
                 raise SandboxStartError(f"could not start the sandbox worker: {exc}") from exc
             self._worker = worker
@@ -124,6 +150,13 @@ class LocalSandbox:
             except BaseException:
                 self._end(self._ended or "the sandbox worker failed to start")
                 raise
+
+    def _launch_workspace(self) -> Path:
+        """The workspace directory the worker is launched on (a subclass may make it here)."""
+        workspace = self.spec.workspace
+        if not workspace.is_dir():
+            raise SandboxUnavailable(f"sandbox workspace {workspace} is not a directory")
+        return workspace.resolve()
 
     def _await_ready(self, worker: LaunchedWorker) -> None:
         self._pump = OutputPump(worker.stdout_fd, worker.stderr_fd, self._observer, self.spec.limits.max_output_chars)
@@ -139,16 +172,14 @@ class LocalSandbox:
         self._end(f"the sandbox worker failed to start ({status}): {detail}")
         raise SandboxStartError(self._ended)
 
+    @fires_dspy_callbacks
     def shutdown(self) -> None:
         """Stop the worker and everything it started; the sandbox cannot be used afterwards."""
-        if self._ended is None:
-            self._ended = "the sandbox was shut down"
-        self._kill()
+        self._end("the sandbox was shut down")
 
     def interrupt(self) -> None:
         """Cancel: kill the worker at once; an execution in flight raises CodeInterpreterError."""
-        if self._ended is None:
-            self._ended = "sandbox execution cancelled"
+        self._mark_ended("sandbox execution cancelled")
         self._inbox.put(_CANCELLED)
         self._kill()
 
@@ -164,6 +195,7 @@ class LocalSandbox:
     def __call__(self, code: str, variables: dict[str, Any] | None = None) -> Any:
         return self.execute(code, variables)
 
+    @fires_dspy_callbacks
     def execute(self, code: str, variables: dict[str, Any] | None = None) -> Any:
         if not self._execute_lock.acquire(blocking=False):
             raise CodeInterpreterError("the sandbox already has an active execution")
@@ -174,14 +206,16 @@ class LocalSandbox:
 
     def _execute(self, code: str, variables: dict[str, Any]) -> Any:
         if not isinstance(code, str):
-            raise CodeInterpreterError(f"code must be a string, not {type(code).__name__}")
+            raise InvalidInterpreterInput(f"code must be a string, not {type(code).__name__}")
         if not isinstance(variables, dict):
-            raise CodeInterpreterError(f"variables must be a dict, not {type(variables).__name__}")
+            raise InvalidInterpreterInput(f"variables must be a dict, not {type(variables).__name__}")
         tools = dict(self.tools)
         check_tool_names(tools)
         check_output_fields(self.output_fields)
         plan = self._variables.plan(variables, set(tools))
-        self.start()
+        self._check_usable()
+        if self._worker is None:  # started lazily, as DSPy's interpreters are (firing the startup callbacks once)
+            self.start()
         self._execution += 1
         timeout = self.spec.limits.execution_timeout
         header = {
@@ -201,6 +235,9 @@ class LocalSandbox:
             self._send(message)
             self._variables.commit(plan)
             reply = self._await_result(self._execution, time.monotonic() + timeout + self._interrupt_grace)
+        except SandboxCrashed as crash:
+            crash.output = self._pump.finish().result() or ""
+            raise
         finally:
             self._active = None
         output = self._pump.finish()
@@ -215,16 +252,18 @@ class LocalSandbox:
             message = self._next_message(deadline)
             if message is None:
                 timeout = self.spec.limits.execution_timeout
-                self._fail(
-                    f"execution exceeded the {timeout:g}s timeout and did not stop when interrupted; "
-                    "the sandbox worker was stopped"
+                self._crash(
+                    f"execution exceeded execution timeout of {timeout:g} seconds and did not stop when "
+                    "interrupted; the sandbox worker was stopped",
+                    f"the code ran past the {timeout:g}s timeout and did not stop when interrupted",
                 )
             if not isinstance(message, dict):
-                self._fail(self._ended or self._death_reason())  # shut down, cancelled, or it died
+                self._died()  # shut down, cancelled, or it died
             if message["type"] == "result" and message.get("execution") == execution:
                 return message
             if message["type"] == "fatal":
-                self._fail(f"the sandbox worker failed: {message.get('error')}")
+                error = message.get("error")
+                self._crash(f"the sandbox worker failed: {error}", f"a protocol error ({error})")
 
     def _dispatch_tool_call(self, request: dict[str, Any]) -> None:
         """Run a tool call on its own thread, in the context of the execute() that is running."""
@@ -238,9 +277,17 @@ class LocalSandbox:
         threading.Thread(target=context.run, args=(self._serve_tool, active.tools, request), daemon=True).start()
 
     def _serve_tool(self, tools: dict[str, Callable[..., Any]], request: dict[str, Any]) -> None:
-        reply = run_tool_call(tools, request, self._observer)
+        _CALL_TOOLS.set(tools)
+        reply = run_tool_call(tools, request, self._observer, self.invoke_tool)
         with contextlib.suppress(CodeInterpreterError):  # the worker is gone; execute() reports that
             self._send(reply)
+
+    @fires_dspy_callbacks
+    def invoke_tool(self, tool_name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Call one host tool as sandbox code called it (the tools of the execution that called it,
+        else the current ``tools``); DSPy's interpreters name this method so, for its callbacks."""
+        tools = _CALL_TOOLS.get()
+        return invoke(self.tools if tools is None else tools, tool_name, args, kwargs)
 
     def _outcome(self, reply: dict[str, Any], output: CappedText, timeout: float) -> Any:
         status = reply.get("status")
@@ -254,7 +301,7 @@ class LocalSandbox:
             line = reply.get("line")
             raise CodeSyntaxError(str(reply.get("error")), line if isinstance(line, int) else None)
         if status == "timeout":
-            message = f"execution exceeded the {timeout:g}s timeout and was interrupted"
+            message = f"execution interrupted: it exceeded execution timeout of {timeout:g} seconds"
             raise CodeFailed(f"{printed}{message}", error_type="TimeoutError", message=message, line=None)
         if status == "error":
             described = str(reply.get("error"))
@@ -266,7 +313,7 @@ class LocalSandbox:
                 line=line if isinstance(line, int) else None,
                 traceback=described,
             )
-        self._fail(f"the sandbox worker sent an unknown result: {reply!r}")
+        self._crash(f"the sandbox worker sent an unknown result: {reply!r}", "a protocol error (an unknown result)")
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -284,8 +331,10 @@ class LocalSandbox:
                     failure = ""
                 else:
                     self.bytes_sent += len(data)
+        if failure == "":
+            self._died()  # the pipe broke: the worker is gone (or was cancelled meanwhile)
         if failure is not None:
-            self._fail(failure or self._ended or self._death_reason())
+            self._fail(failure)
 
     def _read_replies(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as stream:
@@ -311,16 +360,47 @@ class LocalSandbox:
 
     def _check_usable(self) -> None:
         if self._ended:
-            raise CodeInterpreterError(self._ended)
+            self._raise_ended()
+
+    def _mark_ended(self, reason: str, crash_cause: str | None = None) -> None:
+        """Record why the sandbox ended; only the first reason counts (a cancel that came first is
+        no crash, and a crash seen first by a tool thread is still one for the execution)."""
+        with self._end_lock:
+            if self._ended is None:
+                self._ended, self._crash_cause = reason, crash_cause
+
+    def _raise_ended(self) -> NoReturn:
+        reason = self._ended or "the sandbox ended"
+        if self._crash_cause is not None:
+            raise SandboxCrashed(reason, cause=self._crash_cause)
+        raise CodeInterpreterError(reason)
 
     def _end(self, reason: str) -> None:
-        if self._ended is None:
-            self._ended = reason
+        self._mark_ended(reason)
         self._kill()
 
     def _fail(self, reason: str) -> NoReturn:
         self._end(reason)
-        raise CodeInterpreterError(reason)
+        self._raise_ended()
+
+    def _crash(self, reason: str, cause: str) -> NoReturn:
+        """The worker died or broke its protocol by itself (unless a cancel or shutdown came first)."""
+        self._mark_ended(reason, cause)
+        self._kill()
+        self._raise_ended()
+
+    def _died(self) -> NoReturn:
+        if self._ended is not None:  # cancelled, shut down, or its crash is already known
+            self._fail(self._ended)
+        status, signal_name = self._exit()
+        limit = self._worker.limit_hit() if self._worker is not None else None
+        if signal_name is None:
+            cause = status if status.startswith("exit status") else "its protocol pipe closed"
+        elif signal_name == "SIGXCPU":
+            cause = f"SIGXCPU at the {self.spec.limits.cpu_seconds}s CPU time limit"
+        else:
+            cause = f"{signal_name} at {limit}" if limit and signal_name == "SIGKILL" else signal_name
+        self._crash(self._death_reason(status), cause)
 
     def _kill(self) -> None:
         with self._kill_lock:
@@ -344,20 +424,24 @@ class LocalSandbox:
             worker.release()
 
     def _exit_status(self) -> str:
+        return self._exit()[0]
+
+    def _exit(self) -> tuple[str, str | None]:
+        """How the worker ended ("exit status 3", "killed by SIGKILL"), and the signal's name if one killed it."""
         worker = self._worker
         if worker is None:
-            return "not started"
+            return "not started", None
         try:
             code = worker.process.wait(timeout=1)
         except Exception:
-            return "still running"
+            return "still running", None
         signum = -code if code < 0 else code - 128 if code > 128 and self.isolated else 0
         if signum:
-            return f"killed by {_SIGNALS.get(signum, f'signal {signum}')}"
-        return f"exit status {code}"
+            name = _signal_name(signum)
+            return f"killed by {name}", name
+        return f"exit status {code}", None
 
-    def _death_reason(self) -> str:
-        status = self._exit_status()
+    def _death_reason(self, status: str) -> str:
         limits = self.spec.limits
         hint = ""
         limit = self._worker.limit_reason() if self._worker is not None else None
@@ -370,17 +454,24 @@ class LocalSandbox:
         return f"the sandbox worker exited unexpectedly ({status}{hint}); its state is lost"
 
 
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def check_output_fields(fields: list[dict[str, Any]] | None) -> None:
     if fields is None:
         return
     if not isinstance(fields, list) or not all(isinstance(field, dict) for field in fields):
-        raise CodeInterpreterError("output_fields must be a list of dicts with a 'name'")
+        raise InvalidInterpreterInput("output_fields must be a list of dicts with a 'name'")
     names = [field.get("name") for field in fields]
     if any(not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) for name in names):
-        raise CodeInterpreterError(f"output field names must be Python identifiers: {names!r}")
+        raise InvalidInterpreterInput(f"output field names must be Python identifiers: {names!r}")
     if len(names) != len(set(names)):
-        raise CodeInterpreterError(f"output field names must be unique: {names!r}")
+        raise InvalidInterpreterInput(f"output field names must be unique: {names!r}")
     try:
         json.dumps(fields)
     except (TypeError, ValueError) as exc:
-        raise CodeInterpreterError(f"output fields must be JSON-compatible: {exc}") from exc
+        raise InvalidInterpreterInput(f"output fields must be JSON-compatible: {exc}") from exc

@@ -14,13 +14,16 @@ from typing import Any
 
 from dspy.primitives import CodeInterpreterError
 
-from fleet_rlm.sandbox.base import SandboxObserver
+from fleet_rlm.sandbox.base import InvalidInterpreterInput, SandboxObserver
 from fleet_rlm.sandbox.protocol import encode_message
 
 RESERVED_TOOL_NAMES = frozenset({"SUBMIT", "__builtins__"})
 PREVIEW_CHARS = 200
 _CALL_PREFIX = uuid.uuid4().hex[:8]  # call ids are unique across processes, cheap within one
 _call_numbers = itertools.count(1)
+
+ToolInvoker = Callable[[str, list[Any], dict[str, Any]], Any]
+"""Calls one host tool by name with the arguments sandbox code gave: ``(tool_name, args, kwargs)``."""
 
 _preview_repr = reprlib.Repr()
 _preview_repr.maxstring = 80
@@ -44,7 +47,9 @@ def check_tool_names(tools: Mapping[str, Any]) -> None:
         or name in RESERVED_TOOL_NAMES
     ]
     if invalid:
-        raise CodeInterpreterError(f"tool names must be Python identifiers other than SUBMIT; invalid: {invalid!r}")
+        raise InvalidInterpreterInput(
+            f"tool names must be Python identifiers other than SUBMIT; invalid names: {invalid!r}"
+        )
 
 
 def preview(args: list[Any], kwargs: dict[str, Any]) -> str:
@@ -55,8 +60,27 @@ def preview(args: list[Any], kwargs: dict[str, Any]) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
 
 
-def run_tool_call(tools: Mapping[str, Callable[..., Any]], request: dict[str, Any], observer: SandboxObserver) -> bytes:
-    """Call the tool ``request`` names and return the encoded reply (``tool_result`` or ``tool_error``)."""
+def invoke(tools: Mapping[str, Callable[..., Any]], name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Call the tool ``name`` of ``tools`` as sandbox code called it; a coroutine's result is awaited."""
+    tool = tools.get(name)
+    if tool is None:
+        raise CodeInterpreterError(f"Unknown tool: {name}")
+    value = _call(tool, args, kwargs)
+    if inspect.isawaitable(value):
+        value = asyncio.run(_awaited(value))
+    return value
+
+
+def run_tool_call(
+    tools: Mapping[str, Callable[..., Any]],
+    request: dict[str, Any],
+    observer: SandboxObserver,
+    invoker: ToolInvoker | None = None,
+) -> bytes:
+    """Call the tool ``request`` names and return the encoded reply (``tool_result`` or ``tool_error``).
+
+    ``invoker`` makes the call (the sandbox's ``invoke_tool``, which fires DSPy's callbacks); by
+    default the tool is looked up in ``tools``."""
     name = str(request.get("name"))
     args = request.get("args") or []
     kwargs = request.get("kwargs") or {}
@@ -65,12 +89,7 @@ def run_tool_call(tools: Mapping[str, Callable[..., Any]], request: dict[str, An
     started = time.monotonic()
     error: str | None = None
     try:
-        tool = tools.get(name)
-        if tool is None:
-            raise CodeInterpreterError(f"unknown tool {name!r}")
-        value = _call(tool, args, kwargs)
-        if inspect.isawaitable(value):
-            value = asyncio.run(_awaited(value))
+        value = invoker(name, args, kwargs) if invoker is not None else invoke(tools, name, args, kwargs)
         try:
             reply = encode_message({"type": "tool_result", "id": request["id"], "value": value})
         except (TypeError, ValueError) as exc:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dspy.primitives import CodeInterpreterError
+from fleet_rlm.sandbox.base import InvalidInterpreterInput
 
 RESERVED_NAMES = frozenset({"SUBMIT", "__builtins__"})
 _SCALARS = (str, bytes, int, float, bool, type(None))
@@ -46,7 +46,7 @@ class VariableCache:
         self._held: dict[str, _Held] = {}
 
     def plan(self, variables: Mapping[str, Any], tool_names: set[str]) -> VariablePlan:
-        """Work out what to send; raises CodeInterpreterError for a bad name or a non-JSON value."""
+        """Work out what to send; raises InvalidInterpreterInput for a bad name or a non-JSON value."""
         check_names(variables, tool_names)
         plan = VariablePlan(forget=[name for name in self._held if name not in variables])
         for name, value in variables.items():
@@ -90,8 +90,9 @@ def check_names(variables: Mapping[str, Any], tool_names: set[str]) -> None:
         or name in tool_names
     ]
     if invalid:
-        raise CodeInterpreterError(
-            f"variable names must be Python identifiers distinct from SUBMIT and the tool names; invalid: {invalid!r}"
+        raise InvalidInterpreterInput(
+            "variable names must be Python identifiers distinct from SUBMIT and the tool names; "
+            f"invalid names: {invalid!r}"
         )
 
 
@@ -99,7 +100,7 @@ def encode(name: str, value: Any) -> bytes:
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise CodeInterpreterError(f"variable {name!r} cannot be sent to the sandbox (not JSON): {exc}") from exc
+        raise InvalidInterpreterInput(f"variable {name!r} cannot be sent to the sandbox (not JSON): {exc}") from exc
     return text.encode("utf-8", "surrogatepass")
 
 

@@ -2,6 +2,8 @@
 
 ``files/`` holds the inputs a person gave, ``artifacts/`` the outputs they keep, ``memory/`` what
 persists between turns for the model itself, and ``tmp/`` scratch space nobody is shown.
+``skills/`` is not made here: each turn installs a read-only copy of the skills there
+(:mod:`fleet_rlm.skills.install`), and no host code reads it back.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ FILES = "files"
 ARTIFACTS = "artifacts"
 MEMORY = "memory"
 TMP = "tmp"
+SKILLS = "skills"
+NOT_LISTED = frozenset({TMP, SKILLS})
+"""Top-level directories never listed, copied back or collected: scratch, and the installed skills."""
 LAYOUT = (FILES, ARTIFACTS, MEMORY, TMP)
 
 

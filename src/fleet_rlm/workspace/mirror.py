@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fleet_rlm.workspace.layout import TMP
+from fleet_rlm.workspace.layout import NOT_LISTED
 from fleet_rlm.workspace.tree import SHARED_FILE_MODE, SafeTree, Skipped, UnsafeEntry
 
 Facts = tuple[int, int]
@@ -26,7 +26,7 @@ class Mirror:
     """What was copied in, as it stood in ``live`` right after the copy."""
 
     def copy_in(self) -> None:
-        for entry in self.home.walk(skip_top=frozenset({TMP})):
+        for entry in self.home.walk(skip_top=NOT_LISTED):
             try:
                 self.live.copy_from(self.home, entry.rel, entry.rel, mode=SHARED_FILE_MODE)
             except UnsafeEntry as exc:  # replaced by a link or a special file since it was listed
@@ -41,7 +41,7 @@ class Mirror:
         paths written. Call it only once no sandbox runs on ``live``."""
         written: list[str] = []
         seen: set[str] = set()
-        for entry in self.live.walk(skip_top=frozenset({TMP})):
+        for entry in self.live.walk(skip_top=NOT_LISTED):
             seen.add(entry.rel)
             if self.copied.get(entry.rel) == (entry.size, entry.mtime_ns):
                 continue

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleet_rlm.workspace.layout import LAYOUT, TMP, Workspace
+from fleet_rlm.workspace.layout import LAYOUT, NOT_LISTED, Workspace
 from fleet_rlm.workspace.tree import SafeTree, TreeEntry
 
 
@@ -60,10 +60,10 @@ def _layout_order(rel: str) -> tuple[int, str]:
 
 
 def iter_files(workspace: Workspace | Path | SafeTree, under: str | None = None) -> Iterator[WorkspaceFile]:
-    """The workspace's regular files (``tmp/`` excluded), the layout's directories first in layout
+    """The workspace's regular files (``tmp/`` and ``skills/`` excluded), the layout's directories first in layout
     order (inputs before outputs), then other top-level entries; within a directory, by name."""
     tree = tree_of(workspace)
-    entries = tree.walk(under, skip_top=frozenset({TMP}))
+    entries = tree.walk(under, skip_top=NOT_LISTED)
     for entry in sorted(entries, key=lambda e: _layout_order(e.rel)):
         yield _file(tree, entry)
 

@@ -12,7 +12,7 @@ from fleet_rlm.protocol.schema import validate_event
 
 ROOT = "span_root"
 STARTED: dict[str, Any] = {
-    "schema": 2,
+    "schema": 3,
     "task": "Sum revenue",
     "context_paths": [],
     "mode": "rlm",

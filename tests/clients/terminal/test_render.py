@@ -113,3 +113,26 @@ def test_code_shows_once_highlighted_and_its_draft_only_in_the_footer() -> None:
         assert out.getvalue().splitlines() == ["· writing code", "x = 1", "print(x)"]
         assert renderer.draft.plain == ""
         turn.events.pop()
+
+
+def test_a_sandbox_restart_is_one_line_in_the_stream_and_the_trace() -> None:
+    turn = TurnEvents()
+    turn.add(EventType.ITERATION_STARTED, "span_it", ROOT, iteration=1, max_iterations=5)
+    turn.add(
+        EventType.SANDBOX_RESTARTED,
+        "span_it",
+        ROOT,
+        cause="SIGKILL at the 512 MB memory limit",
+        restart=1,
+        max_restarts=3,
+    )
+    said = "↻ sandbox restarted (1/3) after SIGKILL at the 512 MB memory limit: variables lost, files kept"
+    for line_buffered in (False, True):
+        console, out = plain_console()
+        renderer = EventRenderer(console, line_buffered=line_buffered)
+        for event in turn.events:
+            renderer.render(event)
+        assert out.getvalue().splitlines()[-1] == said
+    console, out = plain_console()
+    console.print(trace_tree(turn.events, "turn 1"))
+    assert said in " ".join(line.strip(" │└─") for line in out.getvalue().splitlines())

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from fleet_rlm.clients.cli import serve as serve_cli
 from fleet_rlm.clients.cli import sessions as sessions_cli
+from fleet_rlm.clients.cli import skills as skills_cli
 from fleet_rlm.clients.cli.chat import chat_command
 from fleet_rlm.config import ConfigError, load_settings, require_model
 
@@ -156,6 +157,7 @@ def _print_check(console: Console, check: Check) -> None:
 
 app.command("serve")(serve_cli.serve_command)
 app.add_typer(sessions_cli.app, name="sessions")
+app.add_typer(skills_cli.app, name="skills")
 
 app.command("chat")(chat_command)
 

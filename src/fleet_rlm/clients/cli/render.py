@@ -189,6 +189,8 @@ class EventRenderer:
             return [Text(f"⚠ {message}", style="yellow")]
         if kind is EventType.EXECUTION_FAILED:
             return execution_failure(data)
+        if kind is EventType.SANDBOX_RESTARTED:
+            return [Text(restart_line(data), style="bold yellow")]
         if kind is EventType.TURN_COMPLETED:
             shown: list[RenderableType] = [Rule(style="yellow" if data.get("unverified") else "green")]
             if data.get("unverified"):
@@ -225,6 +227,12 @@ def execution_failure(data: dict[str, Any]) -> list[RenderableType]:
     if len(lines) > 1:  # the last line repeats the error
         shown.append(Padding(Text("\n".join(lines[:-1]), style="red dim"), (0, 2)))
     return shown
+
+
+def restart_line(data: dict[str, Any]) -> str:
+    """A ``sandbox.restarted`` event in one line."""
+    restart = f"{data.get('restart')}/{data.get('max_restarts')}"
+    return f"↻ sandbox restarted ({restart}) after {data.get('cause')}: variables lost, files kept"
 
 
 def usage_line(usage: dict[str, Any]) -> str:

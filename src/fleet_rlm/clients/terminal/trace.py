@@ -13,7 +13,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 from rich.tree import Tree
 
-from fleet_rlm.clients.cli.render import preview, usage_line
+from fleet_rlm.clients.cli.render import preview, restart_line, usage_line
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.workspace.manifest import human_size
 
@@ -69,6 +69,8 @@ def trace_tree(events: Iterable[Event], title: str) -> Tree:
             node_for(event).add(Text(f"✎ remembered (pending review): {preview(str(data.get('text', '')))}", "cyan"))
         elif kind is EventType.ROUTE_SELECTED:
             node_for(event).add(Text(f"route: {data.get('route')} — {data.get('reason', '')}", style="dim"))
+        elif kind is EventType.SANDBOX_RESTARTED:
+            node_for(event).add(Text(restart_line(data), style="yellow"))
         elif kind in (EventType.WARNING, EventType.BUDGET_EXHAUSTED):
             message = data.get("message") or f"budget exhausted: {data.get('budget')} (limit {data.get('limit')})"
             node_for(event).add(Text(f"⚠ {message}", style="yellow"))

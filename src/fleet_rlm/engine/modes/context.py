@@ -30,6 +30,8 @@ class RouteContext:
     """Host tools sandbox code may call besides ``llm_query`` (e.g. delegation)."""
     has_files: bool = False
     """True when the turn names context paths or the workspace holds input files."""
+    skills: tuple[tuple[str, str], ...] = ()
+    """(name, description) of each skill installed under ``skills/``, for the model's instructions."""
 
     def lm_context(self, *callbacks: Any) -> AbstractContextManager[None]:
         """The DSPy context every route runs its program in: metered root model, usage tracking."""

@@ -24,6 +24,7 @@ def run_rlm(ctx: RouteContext) -> str:
         tools=ctx.tools or None,
         guard=ctx.trace.guard,
         on_extract=ctx.trace.mark_extracted,
+        skills=ctx.skills,
     )
     callbacks = RLMCallbacks(ctx.trace, rlm.generate_action, rlm.extract)
     with ctx.lm_context(callbacks):
