@@ -177,3 +177,19 @@ def test_only_the_compat_module_imports_dspy_internals() -> None:
                 if chain.startswith("dspy."):
                     private.append(f"{path.relative_to(root)}: {chain}")
     assert not private, f"DSPy internals outside {COMPAT} (take them from there): {private}"
+
+
+def test_process_wide_setting_is_what_configure_set_whatever_the_context() -> None:
+    expect(dspy_compat.process_wide_setting("trace") is dspy.settings.trace, "main_thread_config", "it holding trace")
+    with dspy.context(trace=[]):
+        assert dspy_compat.process_wide_setting("trace") is not dspy.settings.trace
+    configured = dspy.settings.max_trace_size
+    dspy.configure(max_trace_size=configured + 1)
+    try:
+        expect(
+            dspy_compat.process_wide_setting("max_trace_size") == configured + 1,
+            "main_thread_config",
+            "dspy.configure updating it in place",
+        )
+    finally:
+        dspy.configure(max_trace_size=configured)

@@ -6,9 +6,9 @@ import pytest
 
 from fleet_rlm.store import Database, Store
 
-from .databases import database_url, postgres_databases
+from .databases import database_url, postgres_databases, unmigrated_database_url
 
-__all__ = ["database_url", "postgres_databases"]
+__all__ = ["database_url", "postgres_databases", "unmigrated_database_url"]
 
 
 @pytest.fixture

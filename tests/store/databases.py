@@ -1,5 +1,6 @@
 """Throwaway databases for tests: a SQLite file per test, or a PostgreSQL database per test cloned
-from one template migrated once per run (so concurrent runs and tests never share tables)."""
+from one template migrated once per run (so concurrent runs and tests never share tables), or
+created empty for tests that migrate it themselves."""
 
 from __future__ import annotations
 
@@ -51,17 +52,23 @@ class PostgresDatabases:
         self.template = f"{self.prefix}_template"
         self.created: list[str] = []
         self._ready = False
+        self._cleaned = False
 
-    def _prepare_template(self) -> None:
+    def _create(self, name: str, template: str | None = None) -> None:
         try:
-            asyncio.run(_drop_leftovers())
-            asyncio.run(_admin(f'CREATE DATABASE "{self.template}"'))
+            if not self._cleaned:
+                asyncio.run(_drop_leftovers())
+                self._cleaned = True
+            asyncio.run(_admin(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
         except (OSError, asyncpg.PostgresError) as exc:
             pytest.fail(
                 f"PostgreSQL at {POSTGRES_ADMIN_DSN} is not usable ({exc}); start it (.ci/run does) "
                 "or deselect these tests with -m 'not postgres'"
             )
-        self.created.append(self.template)
+        self.created.append(name)
+
+    def _prepare_template(self) -> None:
+        self._create(self.template)
 
         async def migrate() -> None:
             database = Database(_async_url(POSTGRES_ADMIN_DSN, self.template))
@@ -71,12 +78,12 @@ class PostgresDatabases:
         asyncio.run(migrate())
         self._ready = True
 
-    def new_url(self) -> str:
-        if not self._ready:
+    def new_url(self, *, migrated: bool = True) -> str:
+        """A new database: a copy of the migrated template, or (``migrated=False``) an empty one."""
+        if migrated and not self._ready:
             self._prepare_template()
         name = f"{self.prefix}_{len(self.created)}"
-        asyncio.run(_admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"'))
-        self.created.append(name)
+        self._create(name, self.template if migrated else None)
         return _async_url(POSTGRES_ADMIN_DSN, name)
 
     def drop(self, url: str) -> None:
@@ -97,13 +104,26 @@ def postgres_databases() -> Iterator[PostgresDatabases]:
     databases.drop_all()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database URL on each backend (PostgreSQL ones come already migrated)."""
+def _fresh_url(request: pytest.FixtureRequest, tmp_path: Path, *, migrated: bool) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}"
         return
     databases: PostgresDatabases = request.getfixturevalue("postgres_databases")
-    url = databases.new_url()
+    url = databases.new_url(migrated=migrated)
     yield url
     databases.drop(url)
+
+
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database URL on each backend (PostgreSQL ones come already migrated)."""
+    yield from _fresh_url(request, tmp_path, migrated=True)
+
+
+@pytest.fixture(params=BACKENDS)
+def unmigrated_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database URL on each backend with no schema at all, for tests that migrate it themselves."""
+    yield from _fresh_url(request, tmp_path, migrated=False)

@@ -14,6 +14,7 @@ try:
     from dspy.adapters.utils import annotation_allows_none as _annotation_allows_none
     from dspy.clients._deprecation import _adapter_call
     from dspy.clients._deprecation import adapter_message_call as _adapter_message_call
+    from dspy.dsp.utils.settings import main_thread_config as _main_thread_config
     from dspy.predict.rlm import _strip_code_fences
     from dspy.primitives.facade import CALL_TOOL as _CALL_TOOL
     from dspy.primitives.facade import CONSTRUCT_TOOL as _CONSTRUCT_TOOL
@@ -36,6 +37,7 @@ __all__ = [
     "adapter_call_origin",
     "adapter_message_call",
     "annotation_allows_none",
+    "process_wide_setting",
     "strip_code_fences",
 ]
 
@@ -89,3 +91,12 @@ def adapter_call_origin() -> tuple[Any, Any] | None:
         return None
     lm, messages = origin
     return lm, messages
+
+
+def process_wide_setting(name: str) -> Any:
+    """The value ``dspy.configure`` gave setting ``name`` (DSPy's default if it never did), whatever
+    ``dspy.context`` overrides are in effect.
+
+    Reads ``dspy.dsp.utils.settings.main_thread_config``, the dict ``dspy.configure`` updates in place.
+    """
+    return _main_thread_config.get(name)

@@ -13,7 +13,7 @@ from dspy.utils import BaseCallback
 
 from fleet_rlm.config import LMSettings, require_model
 from fleet_rlm.engine.budget import TurnBudget
-from fleet_rlm.engine.dspy_compat import UsageTracker, adapter_call_origin, adapter_message_call
+from fleet_rlm.engine.dspy_compat import UsageTracker, adapter_call_origin, adapter_message_call, process_wide_setting
 
 
 def build_lm(lm: LMSettings) -> dspy.LM:
@@ -112,5 +112,25 @@ def program_context(
     DSPy autologging), which ``dspy.context(callbacks=...)`` alone would replace."""
     installed = list(dspy.settings.callbacks or [])
     return dspy.context(  # type: ignore[no-any-return]
-        lm=lm, callbacks=[*installed, *callbacks], usage_tracker=usage, track_usage=True
+        lm=lm,
+        callbacks=[*installed, *callbacks],
+        usage_tracker=usage,
+        track_usage=True,
+        **_nothing_kept_after_the_turn(),
     )
+
+
+def _nothing_kept_after_the_turn() -> dict[str, Any]:
+    """Settings that keep DSPy from holding on to a finished turn's calls in process-wide memory.
+
+    DSPy appends every predictor call (the predictor, its inputs, its prediction) to ``settings.trace``,
+    by default one list for the whole process, and every model call (prompt and response) to a global
+    history; each keeps up to 10,000 entries. In a server that is the prompts and programs of thousands of
+    finished turns. A turn gets a trace list of its own, gone with it, unless its caller traces it (an
+    optimizer's ``dspy.context(trace=[])``); and no call history (``dspy.inspect_history`` shows nothing of
+    Fleet's turns: their events record them).
+    """
+    settings: dict[str, Any] = {"disable_history": True}
+    if dspy.settings.trace is process_wide_setting("trace"):
+        settings["trace"] = []
+    return settings

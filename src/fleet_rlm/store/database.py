@@ -9,6 +9,7 @@ locked", while WAL mode keeps readers unblocked.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,6 +25,9 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from fleet_rlm.config import ConfigError, Settings
+from fleet_rlm.store.backup import back_up
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK_ID = 0x46_4C_45_45_54  # "FLEET": serializes concurrent migrators on PostgreSQL
@@ -93,15 +97,25 @@ class Database:
         async with self._writes() as session, session.begin():
             yield session
 
-    async def migrate(self) -> None:
-        """Bring the schema to the newest revision (idempotent; safe with concurrent servers on PostgreSQL).
-        Creates the SQLite file's directory if needed."""
+    @property
+    def sqlite_file(self) -> Path | None:
+        """The embedded database's file (None on PostgreSQL or for an in-memory SQLite database)."""
         if self.is_sqlite and self.url.database and self.url.database != ":memory:":
-            Path(self.url.database).parent.mkdir(parents=True, exist_ok=True)
+            return Path(self.url.database)
+        return None
+
+    async def migrate(self, target: str = "head") -> Path | None:
+        """Bring the schema to ``target`` (the newest revision by default; idempotent; safe with concurrent
+        servers). Creates the SQLite file's directory if needed, and backs the file up first when a
+        migration is about to change a schema it already has; returns the backup's path, if one was made."""
+        if self.sqlite_file is not None:
+            self.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
         async with self.write_engine.begin() as connection:
+            # The lock (BEGIN IMMEDIATE on SQLite) is held from here on: the revision read below is the
+            # one migrated from, and the backup cannot miss a concurrent write.
             if not self.is_sqlite:
                 await connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
-            await connection.run_sync(_upgrade)
+            return await connection.run_sync(_upgrade, target, self.sqlite_file)
 
     async def revision(self) -> str | None:
         async with self.read_engine.connect() as connection:
@@ -118,10 +132,25 @@ class Database:
             await self.write_engine.dispose()
 
 
-def _upgrade(connection: Connection) -> None:
+def _upgrade(connection: Connection, target: str, sqlite_file: Path | None) -> Path | None:
     config = _alembic_config()
     config.attributes["connection"] = connection
-    command.upgrade(config, "head")
+    current = MigrationContext.configure(connection).get_current_revision()
+    backup: Path | None = None
+    if sqlite_file is not None and current is not None and _will_change(config, current, target):
+        backup = back_up(sqlite_file, current)
+        log.warning("backed up %s (schema revision %s) to %s before migrating it", sqlite_file, current, backup)
+    command.upgrade(config, target)
+    return backup
+
+
+def _will_change(config: Config, current: str, target: str) -> bool:
+    """Whether upgrading from ``current`` to ``target`` runs a migration (an unknown ``current``, from a
+    newer Fleet, is left to Alembic to refuse)."""
+    script = ScriptDirectory.from_config(config)
+    wanted = script.get_revision(target)
+    known = {revision.revision for revision in script.walk_revisions()}
+    return current in known and wanted is not None and wanted.revision != current
 
 
 def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
