@@ -31,7 +31,7 @@ from sqlalchemy.engine import Connection
 
 from fleet_rlm.protocol.events import EventType
 from fleet_rlm.protocol.status import FINAL_STATUSES
-from fleet_rlm.store.tables import FILE_ORIGINS
+from fleet_rlm.store.tables import FILE_ORIGINS, MEMORY_STATUSES
 
 ROWS_PER_TABLE = 3
 NULL_ROW, LONGEST_ROW = 0, 1  # row 0 leaves every nullable column NULL; row 1 fills every column to its limit
@@ -46,6 +46,7 @@ APPLICATION_VALUES: dict[tuple[str, str], Callable[[int], Any]] = {
     ("turns", "artifacts"): lambda i: [{"path": f"artifacts/chart-{i}.png", "size": 1234 + i, "sha256": "ab" * 32}],
     ("events", "type"): lambda i: list(EventType)[i % len(EventType)].value,
     ("files", "origin"): lambda i: FILE_ORIGINS[i % len(FILE_ORIGINS)],
+    ("memories", "status"): lambda i: MEMORY_STATUSES[i % len(MEMORY_STATUSES)],
 }
 
 Snapshot = dict[str, dict[tuple[Any, ...], dict[str, Any]]]
