@@ -2,7 +2,7 @@
 file beside this module (plus ``sandbox_packages``), kept under a key and mounted read-only into every
 sandbox in place of Fleet's own environment (docs/sandbox.md, "The environment")."""
 
-from fleet_rlm.sandbox.environment.build import EnvironmentBuildError, ensure_environment
+from fleet_rlm.sandbox.environment.build import EnvironmentBuildError, built_environment, ensure_environment
 from fleet_rlm.sandbox.environment.manifest import SandboxEnvironment
 from fleet_rlm.sandbox.environment.spec import EnvironmentSpec
 from fleet_rlm.sandbox.progress import BuildProgress, Progress
@@ -13,5 +13,6 @@ __all__ = [
     "EnvironmentSpec",
     "Progress",
     "SandboxEnvironment",
+    "built_environment",
     "ensure_environment",
 ]

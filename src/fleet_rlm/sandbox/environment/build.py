@@ -58,18 +58,21 @@ _local_locks: dict[Path, threading.Lock] = {}
 _local_locks_guard = threading.Lock()
 
 
+def built_environment(spec: EnvironmentSpec) -> SandboxEnvironment | None:
+    """The environment ``spec`` describes if it is built, else None."""
+    return SandboxEnvironment.load(spec.directory, spec.key())
+
+
 def ensure_environment(spec: EnvironmentSpec, progress: Progress = quiet) -> SandboxEnvironment:
     """The environment ``spec`` describes, built first if it is not there yet."""
-    key = spec.key()
-    directory = spec.directory
-    ready = SandboxEnvironment.load(directory, key)
+    ready = built_environment(spec)
     if ready is not None:
         return ready
     with _build_lock(spec.root, spec.name, progress):
-        ready = SandboxEnvironment.load(directory, key)
+        ready = built_environment(spec)
         if ready is not None:
             return ready
-        return _build(spec, key, progress)
+        return _build(spec, spec.key(), progress)
 
 
 @contextlib.contextmanager

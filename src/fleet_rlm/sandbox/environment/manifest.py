@@ -14,9 +14,10 @@ import subprocess
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fleet_rlm.sandbox.isolation import PythonRuntime
+if TYPE_CHECKING:  # isolation loads the sandbox seam (and DSPy): `fleet chat` checks readiness without it
+    from fleet_rlm.sandbox.isolation import PythonRuntime
 
 MANIFEST = "fleet-environment.json"
 PYTHON = "bin/python"
@@ -44,6 +45,10 @@ print(json.dumps({
 HOST_PACKAGE_GLOBS = ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages")
 
 
+KEY_PACKAGES = ("numpy", "pandas", "pyarrow", "duckdb", "matplotlib", "scipy", "openpyxl", "pypdf")
+"""The packages named when an environment is described (`fleet doctor`, `fleet sandbox build`)."""
+
+
 class ManifestError(RuntimeError):
     """A built environment's manifest is missing or unreadable."""
 
@@ -69,7 +74,15 @@ class SandboxEnvironment:
 
     def runtime(self) -> PythonRuntime:
         """How workers run on this environment: its interpreter and directories, the host's packages hidden."""
+        from fleet_rlm.sandbox.isolation import PythonRuntime
+
         return PythonRuntime(self.python, self.prefixes, self.path, self.hidden)
+
+    def summary(self) -> str:
+        """Python's version, the key packages' versions, then the extra ones (``sandbox_packages``)."""
+        shown = [f"{name} {self.version_of(name)}" for name in KEY_PACKAGES if self.version_of(name)]
+        extras = f"; extra: {' '.join(self.extra_packages)}" if self.extra_packages else ""
+        return f"Python {self.python_version}, {len(self.distributions)} packages: {', '.join(shown)}{extras}"
 
     def version_of(self, name: str) -> str | None:
         wanted = _normal(name)
@@ -107,7 +120,12 @@ def write_manifest(
     python = directory / PYTHON
     try:
         found = subprocess.run(
-            [str(python), "-I", "-S", "-c", PROBE, str(directory)], capture_output=True, text=True, timeout=60, check=True, env=env
+            [str(python), "-I", "-S", "-c", PROBE, str(directory)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env=env,
         )
         probed: dict[str, Any] = json.loads(found.stdout)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
