@@ -3,8 +3,10 @@ out of the sandbox's reach, and building one with extra packages."""
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import re
+import sys
 import threading
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from fleet_rlm.sandbox.environment import (
     ensure_environment,
 )
 from fleet_rlm.sandbox.environment.spec import LOCK_FILE
+from fleet_rlm.sandbox.isolation import WORKER_SOURCE
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 
 from .helpers import TEST_LIMITS, SandboxMaker
@@ -164,3 +167,12 @@ def test_a_failed_build_leaves_nothing_behind_and_says_why(tmp_path: Path) -> No
     with pytest.raises(EnvironmentBuildError, match="uv pip install` failed"):
         ensure_environment(spec)
     assert [p.name for p in spec.root.iterdir()] == [f"{spec.name}.lock"]
+
+
+def test_the_worker_needs_nothing_but_the_standard_library() -> None:
+    """The worker is mounted on its own, beside an environment that does not hold Fleet."""
+    tree = ast.parse(WORKER_SOURCE.read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported, "the worker imports modules"
+    assert {name.split(".")[0] for name in imported} <= set(sys.stdlib_module_names) | {"__future__"}
