@@ -6,6 +6,17 @@ from pathlib import Path
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer
+from fleet_rlm.sandbox.environment import BuildProgress, EnvironmentSpec, ensure_environment
+
+
+def pytest_sessionstart() -> None:
+    """Build the sandbox environment before any test (.ci/run has already; a fresh checkout has not),
+    so that no test's timeout covers the build."""
+
+    def report(step: BuildProgress) -> None:
+        print(f"sandbox environment [{step.done}/{step.total}]: {step.message}", flush=True)
+
+    ensure_environment(EnvironmentSpec(), report)
 
 
 @pytest.fixture

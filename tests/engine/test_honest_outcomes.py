@@ -57,29 +57,29 @@ def test_a_syntax_error_is_an_execution_failure_too(harness: Harness) -> None:
 
 def test_the_model_is_told_what_it_can_import_and_what_to_use_instead_of_a_missing_module(harness: Harness) -> None:
     harness.server.script(
-        "root", rlm_step("Use pandas.", "import pandas as pd"), rlm_step("Use csv.", "SUBMIT(answer='done')")
+        "root", rlm_step("Use sklearn.", "import sklearn"), rlm_step("Use scipy.", "SUBMIT(answer='done')")
     )
     run = harness.run("Load the data")
     assert run.outcome.status == "completed"
     first, second = harness.server.model.requests_for("root")[:2]
     assert "You can import the Python standard library and these installed packages:" in prompt_text(first)
     observation = prompt_text(second)
-    assert "No module named 'pandas'" in observation
-    assert "'pandas' is not installed in the sandbox and cannot be installed" in observation
+    assert "No module named 'sklearn'" in observation
+    assert "'sklearn' is not installed in the sandbox and cannot be installed" in observation
     assert "the standard library is available (csv, json" in observation
 
 
 def test_the_same_failure_twice_gets_plain_advice_and_four_times_ends_the_turn_incomplete(harness: Harness) -> None:
-    same = rlm_step("Load it.", "import pandas as pd\ndf = pd.read_csv('files/sales.csv')")
+    same = rlm_step("Load it.", "import polars as pl\ndf = pl.read_csv('files/sales.csv')")
     # Layout and comments differ: it is still the same code.
-    reworded = rlm_step("Again.", "import pandas as pd   # try again\n\ndf = pd.read_csv('files/sales.csv')")
+    reworded = rlm_step("Again.", "import polars as pl   # try again\n\ndf = pl.read_csv('files/sales.csv')")
     harness.server.script("root", same, reworded, same, reworded, rlm_step("Never reached.", "SUBMIT(answer='x')"))
 
     run = harness.run("Revenue by region", files={"sales.csv": "region,amount\nnorth,3\n"}, max_iterations=10)
 
     assert run.outcome.status == "incomplete"
     assert "the same code failed the same way 4 times in a row" in str(run.outcome.error)
-    assert "ModuleNotFoundError: No module named 'pandas'" in str(run.outcome.error)
+    assert "ModuleNotFoundError: No module named 'polars'" in str(run.outcome.error)
     assert str(run.outcome.answer).startswith("I could not compute the result:")
     assert len(run.of(EventType.EXECUTION_FAILED)) == 4
     [terminal] = run.of(EventType.TURN_INCOMPLETE)

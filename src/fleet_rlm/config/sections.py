@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -12,6 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
 SECTION_CONFIG = ConfigDict(extra="forbid", validate_default=True)
+# A package as `sandbox_packages` takes it: a name, extras, version specifiers; no URL, path, marker or option.
+_VERSION = r"\s*(===|==|!=|~=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*"
+REQUIREMENT = re.compile(
+    rf"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:\[[A-Za-z0-9._-]+(?:\s*,\s*[A-Za-z0-9._-]+)*\])?(?:{_VERSION}(?:,{_VERSION})*)?"
+)
 
 
 def _is_ip(text: str) -> bool:
@@ -137,6 +144,41 @@ class SandboxSettings(BaseModel):
         "CPU time, seccomp) cannot be enforced here; unset: on for `fleet serve`, off for `fleet run`.",
     )
     pool_size: int = Field(default=2, ge=0, description="Sandboxes a server keeps started, ready for the next turn.")
+    packages: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Packages sandbox code can import besides the locked ones (e.g. ['six', 'xlsxwriter>=3']); "
+        "a change builds a new sandbox environment.",
+    )
+    environments_dir: Path | None = Field(
+        default=None,
+        description="Where sandbox environments are built and kept; sandbox-environments in the platform's "
+        "user data directory if unset.",
+    )
+
+    @field_validator("packages", mode="before")
+    @classmethod
+    def _package_list(cls, value: Any) -> Any:
+        """A list, a JSON list, or packages separated by spaces (commas stay inside version specifiers)."""
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else text.split()
+        return value
+
+    @field_validator("packages")
+    @classmethod
+    def _requirements(cls, packages: list[str]) -> list[str]:
+        for package in packages:
+            if not REQUIREMENT.fullmatch(package.strip()):
+                raise ValueError(
+                    f"{package!r} is not a package: give a name with optional extras and versions, e.g. "
+                    "'xlsxwriter' or 'pandas-stubs>=2,<3', separated by spaces (no URL, path or pip option)"
+                )
+        return [package.strip() for package in packages]
+
+    @field_validator("environments_dir")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        return value.expanduser().resolve() if value is not None else None
 
 
 class MemorySettings(BaseModel):

@@ -22,6 +22,7 @@ from dspy.primitives import CodeExecutionError, CodeInterpreterError
 
 from fleet_rlm.config import BudgetSettings, SandboxSettings
 from fleet_rlm.protocol.payloads import OutputStream
+from fleet_rlm.sandbox.progress import Progress
 from fleet_rlm.sandbox.transfer import HostDirectoryFiles, Readable
 from fleet_rlm.sandbox.volume import Volume, plain_volume
 
@@ -190,7 +191,16 @@ class SandboxBackend(abc.ABC):
     """A way of making sandboxes. One required method: :meth:`create`."""
 
     name: str = "abstract"
-    execution_instructions: str = ""
+
+    @property
+    def execution_instructions(self) -> str:
+        """What the model is told about running code here (``dspy.RLM`` reads it off the factory)."""
+        return ""
+
+    def prepare(self, progress: Progress | None = None) -> None:
+        """Get ready to make sandboxes now rather than at the first one (the local backend builds its
+        environment), reporting slow steps to ``progress``. Raises SandboxUnavailable."""
+        return None
 
     @classmethod
     def from_settings(cls, settings: SandboxSettings) -> Self:

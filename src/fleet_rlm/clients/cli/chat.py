@@ -36,6 +36,13 @@ def chat_command(
         print(f"fleet: error: {exc}", file=sys.stderr)
         raise typer.Exit(EXIT_CONFIG) from None
     console = Console(highlight=False)
+    if url is None:  # a server this chat may start needs the sandbox environment: built here, with progress
+        from fleet_rlm.clients.cli.preparing import prepare_local_environment
+
+        failed = prepare_local_environment(settings, console)
+        if failed:
+            print(f"fleet: error: {failed}", file=sys.stderr)
+            raise typer.Exit(EXIT_UNREACHABLE)
     try:
         with console.status("connecting…") if url is None else contextlib.nullcontext():
             connection = connect(settings, url)

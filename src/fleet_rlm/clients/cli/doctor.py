@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from rich.console import Console
 
 from fleet_rlm.config import ConfigError, Settings, config_files, load_settings
 from fleet_rlm.engine.turn import TurnRequest, build_turn
@@ -43,6 +44,42 @@ def check_sandbox(settings: Settings) -> Check:
     except Exception as exc:
         return Check("sandbox", False, f"{type(exc).__name__}: {exc}", "see docs/sandbox.md")
     return Check("sandbox", result.ok, result.message, result.fix)
+
+
+def check_bubblewrap(settings: Settings) -> Check | None:
+    """Which bwrap the local backend runs sandboxes with: path, version and where it comes from."""
+    if settings.sandbox.backend != "local":
+        return None
+    from fleet_rlm.sandbox.bubblewrap import choose_bubblewrap
+    from fleet_rlm.sandbox.local import INSTALL_FIX
+
+    choice = choose_bubblewrap()
+    note = f" ({choice.passed_over})" if choice.passed_over else ""
+    if choice.chosen is not None:
+        return Check("bubblewrap", True, choice.chosen.describe() + note)
+    unisolated = settings.sandbox.allow_unisolated
+    detail = f"no usable bwrap{note}" + (": sandboxes run WITHOUT isolation" if unisolated else "")
+    return Check("bubblewrap", unisolated, detail, INSTALL_FIX, warn=unisolated)
+
+
+def check_environment(settings: Settings, console: Console) -> Check | None:
+    """The local backend's sandbox environment: built now (progress on ``console``) if it is not yet."""
+    if settings.sandbox.backend != "local":
+        return None
+    from fleet_rlm.clients.cli.preparing import prepare_backend
+    from fleet_rlm.sandbox.base import SandboxUnavailable
+    from fleet_rlm.sandbox.environment import built_environment
+    from fleet_rlm.sandbox.local import BUILD_FIX, LocalSandboxBackend
+
+    backend = LocalSandboxBackend.from_settings(settings.sandbox)
+    was_built = built_environment(backend.environment) is not None
+    try:
+        prepare_backend(backend, console)
+        environment = backend.sandbox_environment()
+    except SandboxUnavailable as exc:
+        return Check("sandbox environment", False, str(exc), BUILD_FIX)
+    state = "built" if was_built else f"built now, in {environment.build_seconds:.0f}s"
+    return Check("sandbox environment", True, f"{state} at {environment.directory}; {environment.summary()}")
 
 
 def check_limits(settings: Settings) -> list[Check]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fleet_rlm.clients.cli.exit_codes import exit_code_for
+from fleet_rlm.clients.cli.exit_codes import EXIT_FAILED, exit_code_for
+from fleet_rlm.clients.cli.preparing import prepare_backend
 from fleet_rlm.clients.cli.render import EventRenderer, json_line
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn
@@ -18,7 +19,7 @@ from fleet_rlm.logs import log_to_file
 from fleet_rlm.processes import pid_alive
 from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.protocol.status import TurnStatus
-from fleet_rlm.sandbox.base import SandboxLimits
+from fleet_rlm.sandbox.base import SandboxLimits, SandboxUnavailable
 from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.sandbox.volume import remove_volume_directory
 from fleet_rlm.workspace.layout import Workspace
@@ -63,6 +64,11 @@ def run_local(
             renderer.render(event)
 
     backend = configured_backend(settings)
+    try:
+        prepare_backend(backend, Console(highlight=False, stderr=True))
+    except SandboxUnavailable as exc:
+        print(f"fleet: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     reap_stale_runs(settings.runs_dir)
     volume = backend.workspace_volume(
         settings.runs_dir / f"{os.getpid()}-{turn_id}", SandboxLimits.from_settings(settings.sandbox, settings.budget)

@@ -9,6 +9,7 @@ import typer
 
 from fleet_rlm.config import ConfigError, load_settings
 
+EXIT_FAILED = 1
 EXIT_CONFIG = 2
 
 
@@ -19,19 +20,28 @@ def serve_command(
     port: Annotated[int | None, typer.Option(help="Port to listen on (default 8765).")] = None,
 ) -> None:
     """Run Fleet's HTTP API: durable sessions, turns streamed over SSE."""
+    from rich.console import Console
+
     from fleet_rlm.api.server import check_bind, serve
-    from fleet_rlm.sandbox.registry import configured_backend_class
+    from fleet_rlm.clients.cli.preparing import prepare_backend
+    from fleet_rlm.sandbox.base import SandboxUnavailable
+    from fleet_rlm.sandbox.registry import configured_backend
     from fleet_rlm.store import database_url
     from fleet_rlm.store.database import Database
 
     try:
         settings = load_settings(server_host=host, server_port=port)
         check_bind(settings, settings.server.host)
-        configured_backend_class(settings)
+        backend = configured_backend(settings)
         display = Database(database_url(settings)).display_url
     except ConfigError as exc:
         print(f"fleet: error: {exc}", file=sys.stderr)
         raise typer.Exit(EXIT_CONFIG) from None
+    try:  # built here, with progress, rather than by the server's first sandbox
+        prepare_backend(backend, Console(highlight=False, stderr=True))
+    except SandboxUnavailable as exc:
+        print(f"fleet: error: {exc}", file=sys.stderr)
+        raise typer.Exit(EXIT_FAILED) from None
     print(
         f"Fleet API on http://{settings.server.host}:{settings.server.port}/api/v1  "
         f"(database {display}, data {settings.data_dir})",
