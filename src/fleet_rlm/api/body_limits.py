@@ -85,11 +85,12 @@ def route_limits(server: ServerSettings, prefix: str) -> LimitFor:
     return limit_for
 
 
-async def _drain(receive: Receive, more_body: bool) -> None:
+async def _drain(receive: Receive, more_body: bool, up_to: int = DRAIN_BYTES) -> None:
+    """Read and drop the rest of the body, at most ``up_to`` bytes and :data:`DRAIN_SECONDS`."""
     drained = 0
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(DRAIN_SECONDS):
-            while more_body and drained <= DRAIN_BYTES:
+            while more_body and drained <= up_to:
                 message = await receive()
                 if message["type"] != "http.request":
                     return
@@ -112,7 +113,7 @@ class BodyLimitMiddleware:
         if declared.isdigit() and int(declared) > limit.size:
             waits_for_go_ahead = headers.get("expect", "").lower() == "100-continue"
             if int(declared) <= limit.size + DRAIN_BYTES and not waits_for_go_ahead:
-                await _drain(receive, more_body=True)
+                await _drain(receive, more_body=True, up_to=int(declared))
             await error_response(413, limit.code, limit.message, CLOSE)(scope, receive, send)
             return
         received = 0
