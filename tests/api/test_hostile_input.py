@@ -195,3 +195,23 @@ def test_a_malformed_multipart_body_is_a_documented_400(api: RunningServer) -> N
             )
             assert_refused(broken, 400, "malformed_body", "")
         assert http.get("/sessions/s/files").json()["items"] == []
+
+
+def test_a_nul_in_what_the_sandbox_answers_is_stored_on_both_databases(
+    api: RunningServer, model_server: ScriptedModelServer
+) -> None:
+    """PostgreSQL cannot store U+0000: the turn's end failed to commit on every retry, leaving the
+    turn running and its session blocked. It is stored (and streamed) as U+FFFD instead."""
+    model_server.script("root", rlm_step("Hostile.", "print('out\\x00put')\nSUBMIT(answer='a\\x00b')"))
+    with api.http() as http:
+        session = http.post("/sessions", json={}).json()["id"]
+        turn_id = http.post(f"/sessions/{session}/turns", json={"message": "hi"}).json()["id"]
+        deadline = time.monotonic() + 60
+        while (turn := http.get(f"/turns/{turn_id}").json())["status"] in ("queued", "running"):
+            assert time.monotonic() < deadline, "the turn's end was never committed"
+            time.sleep(0.05)
+        assert turn["status"] == "completed" and turn["answer"] == "a\ufffdb"
+        with http.stream("GET", f"/turns/{turn_id}/events") as stream:
+            frames = list(event_frames(stream))
+        assert json.loads(frames[-1].data)["data"]["answer"] == "a\ufffdb"
+        assert finished_turn(http, model_server, session)  # the session is not blocked
