@@ -54,7 +54,10 @@ ETAG = {"ETag": {"schema": {"type": "string"}, "description": "The file's sha256
             "malformed_body: not a readable multipart form",
         },
         **NOT_FOUND,
-        409: {"model": ErrorBody, "description": "The session changed while the file was being stored; try again"},
+        409: {
+            "model": ErrorBody,
+            "description": "upload_conflict: the session changed while the file was being stored; send it again",
+        },
         413: {
             "model": ErrorBody,
             "description": "Larger than FLEET_UPLOAD_LIMIT_MB (upload_too_large; Connection: close)",
