@@ -19,6 +19,7 @@ import uvicorn
 from fleet_rlm.api.app import create_app
 from fleet_rlm.api.client import FleetClient
 from fleet_rlm.config import Settings
+from fleet_rlm.service.service import FleetService
 
 
 def free_port() -> int:
@@ -40,8 +41,9 @@ class RunningServer:
 
 
 @contextlib.contextmanager
-def server_in_thread(settings: Settings) -> Iterator[RunningServer]:
-    app = create_app(settings)
+def server_in_thread(settings: Settings, service: FleetService | None = None) -> Iterator[RunningServer]:
+    """The app on a free port; with ``service``, over that one (a test may hold its calls at a gate)."""
+    app = create_app(settings, service)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

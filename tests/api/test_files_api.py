@@ -44,7 +44,7 @@ def test_upload_list_download_with_etag_and_delete(api: RunningServer) -> None:
         assert missing.status_code == 404 and missing.json()["code"] == "file_not_found"
 
 
-@pytest.mark.parametrize("path", ["../escape.csv", "/etc/passwd", "a/../../b", "nul\x00byte", "back\\slash"])
+@pytest.mark.parametrize("path", ["../escape.csv", "/etc/passwd", "a/../../b", "back\\slash"])
 def test_upload_to_a_bad_path_is_refused(api: RunningServer, path: str) -> None:
     with api.http() as http:
         http.post("/sessions", json={"name": "s"})

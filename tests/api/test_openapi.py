@@ -4,6 +4,8 @@ import json
 
 from fleet_rlm.api.openapi import DOCUMENT, openapi_document
 
+from .server import RunningServer
+
 
 def test_committed_openapi_document_matches_the_code() -> None:
     committed = json.loads(DOCUMENT.read_text(encoding="utf-8"))
@@ -33,3 +35,66 @@ def test_every_operation_documents_the_shared_rules() -> None:
     assert "ticket" in {p["name"] for p in events["parameters"]}
     assert "201" in document["paths"]["/api/v1/turns/{turn_id}/events/ticket"]["post"]["responses"]
     assert {"413", "422"} <= set(document["paths"]["/api/v1/sessions/import"]["post"]["responses"])
+
+
+def test_errors_are_documented_as_the_body_the_server_sends() -> None:
+    document = openapi_document()
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                if status.startswith("4") and "content" in response:
+                    assert response["content"]["application/json"]["schema"] == {
+                        "$ref": "#/components/schemas/ErrorBody"
+                    }, (method, path, status)
+            if "application/json" in operation.get("requestBody", {}).get("content", {}):
+                assert "malformed_json" in operation["responses"]["400"]["description"], (method, path)
+
+
+def test_every_integer_parameter_has_a_documented_maximum() -> None:
+    for operations in openapi_document()["paths"].values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                schema = parameter["schema"]
+                for option in schema.get("anyOf", [schema]):
+                    if option.get("type") == "integer":
+                        assert "maximum" in option, parameter
+
+
+def test_options_answers_405_naming_exactly_the_documented_methods(api: RunningServer) -> None:
+    """``Allow`` lists every method of the path, not only those of the first route that matched it."""
+    examples = {"{session}": "s", "{path}": "files/a.txt", "{turn_id}": "turn_x"}
+    with api.http() as http:
+        for template, operations in openapi_document()["paths"].items():
+            path = template.removeprefix("/api/v1")
+            for name, value in examples.items():
+                path = path.replace(name, value)
+            for method in ("OPTIONS", "PUT", "HEAD", "TRACE"):
+                if method.lower() in operations:
+                    continue
+                answer = http.request(method, path)
+                assert answer.status_code == 405, (method, template)
+                allowed = {m.strip().lower() for m in answer.headers["allow"].split(",")}
+                assert allowed == set(operations), (method, template, answer.headers["allow"])
+
+
+def test_sessions_import_is_its_own_path_not_a_session_named_import(api: RunningServer) -> None:
+    with api.http() as http:
+        refused = http.post("/sessions", json={"name": "import"})
+        assert refused.status_code == 400 and refused.json()["code"] == "invalid_session_name"
+        for method in ("GET", "PATCH", "DELETE", "OPTIONS"):
+            answer = http.request(method, "/sessions/import")
+            assert answer.status_code == 405 and answer.headers["allow"] == "POST", method
+
+
+def test_every_link_names_an_operation_of_the_document() -> None:
+    document = openapi_document()
+    operations = {op["operationId"] for ops in document["paths"].values() for op in ops.values()}
+    links = [
+        link
+        for ops in document["paths"].values()
+        for op in ops.values()
+        for response in op["responses"].values()
+        for link in response.get("links", {}).values()
+    ]
+    assert links and all(link["operationId"] in operations for link in links)

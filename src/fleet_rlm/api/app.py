@@ -19,8 +19,10 @@ from fleet_rlm.api.auth import require_token
 from fleet_rlm.api.body_limits import BodyLimitMiddleware, route_limits
 from fleet_rlm.api.errors import install_error_handlers
 from fleet_rlm.api.hosts import HostCheckMiddleware
+from fleet_rlm.api.methods import MethodTable
 from fleet_rlm.api.origins import OriginCheckMiddleware
 from fleet_rlm.api.routes import files, health, memory, sessions, turns
+from fleet_rlm.api.text import refuse_nul_in_path
 from fleet_rlm.api.tickets import TicketBook
 from fleet_rlm.config import Settings
 from fleet_rlm.service.service import FleetService
@@ -62,8 +64,10 @@ def create_app(settings: Settings, service: FleetService | None = None) -> FastA
     access_log.install(token)
     install_error_handlers(app)
     contract.install(app)
-    api = APIRouter(prefix=API_PREFIX, dependencies=[Depends(require_token)])
-    for module in (health, sessions, files, turns, memory, docs):
-        api.include_router(module.router)
+    api = APIRouter(prefix=API_PREFIX, dependencies=[Depends(require_token), Depends(refuse_nul_in_path)])
+    routers = [module.router for module in (health, sessions, files, turns, memory, docs)]
+    for router in routers:
+        api.include_router(router)
     app.include_router(api)
+    app.state.methods = MethodTable((route for router in routers for route in router.routes), API_PREFIX)
     return app

@@ -110,7 +110,7 @@ class BodyLimitMiddleware:
         limit = self.limit_for(scope["method"], scope["path"])
         headers = Headers(scope=scope)
         declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit.size:
+        if declared.isascii() and declared.isdigit() and int(declared) > limit.size:
             waits_for_go_ahead = headers.get("expect", "").lower() == "100-continue"
             if int(declared) <= limit.size + DRAIN_BYTES and not waits_for_go_ahead:
                 await _drain(receive, more_body=True, up_to=int(declared))

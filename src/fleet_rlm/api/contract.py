@@ -1,5 +1,6 @@
 """What the OpenAPI document says about the rules every route shares (host, origin, token, body
-size), added to each operation so that every status the server sends is documented where it can occur."""
+size, malformed and invalid requests), added to each operation so that every status the server
+sends is documented where it can occur (a schemathesis run checks it: docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,22 @@ UNAUTHORIZED = _error(
 HOST_NOT_ALLOWED = _error("The Host header names a host this server does not serve (FLEET_ALLOWED_HOSTS)")
 ORIGIN_NOT_ALLOWED = _error("Sent by a browser page of another origin not in FLEET_CORS_ORIGINS")
 BODY_TOO_LARGE = _error("The request body is larger than FLEET_JSON_BODY_LIMIT_KB (body_too_large)", CONNECTION_CLOSE)
+MALFORMED_JSON = _error("malformed_json: the body is not valid JSON")
+INVALID_REQUEST = _error(
+    "invalid_request: a parameter or field is missing, of the wrong type, out of range or holds a NUL "
+    "character (the message names it)"
+)
+FASTAPI_VALIDATION_SCHEMAS = ("HTTPValidationError", "ValidationError")
+"""FastAPI's own 422 body, which this API never sends (its errors are ErrorBody)."""
+
+
+def _is_fastapi_validation_error(response: dict[str, Any]) -> bool:
+    schema = response.get("content", {}).get("application/json", {}).get("schema", {})
+    return bool(schema.get("$ref", "").endswith("/HTTPValidationError"))
+
+
+def _has_json_body(operation: dict[str, Any]) -> bool:
+    return "application/json" in operation.get("requestBody", {}).get("content", {})
 
 
 def add_shared_rules(document: dict[str, Any]) -> dict[str, Any]:
@@ -64,6 +81,12 @@ def add_shared_rules(document: dict[str, Any]) -> dict[str, Any]:
             if method in STATE_CHANGING:
                 responses.setdefault("403", ORIGIN_NOT_ALLOWED)
             responses.setdefault("413", BODY_TOO_LARGE)
+            if _has_json_body(operation):
+                responses.setdefault("400", MALFORMED_JSON)
+            if "422" in responses and _is_fastapi_validation_error(responses["422"]):
+                responses["422"] = INVALID_REQUEST
+    for name in FASTAPI_VALIDATION_SCHEMAS:
+        document["components"].get("schemas", {}).pop(name, None)
     return document
 
 

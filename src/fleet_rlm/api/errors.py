@@ -52,7 +52,13 @@ _STATUS_OF_CODE = {
     "invalid_memory_text": 422,
     "archive_too_large": 413,
 }
-_HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "upload_too_large"}
+_HTTP_CODES = {
+    400: "malformed_body",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "upload_too_large",
+}
 
 
 def _store_error(_: Request, exc: Exception) -> JSONResponse:
@@ -78,10 +84,14 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "invalid_request", f"{where}: {first.get('msg', 'invalid')}")
 
 
-def _http_error(_: Request, exc: Exception) -> JSONResponse:
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = getattr(exc, "code", None) or _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
-    return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
+    headers = dict(getattr(exc, "headers", None) or {})
+    allowed = request.app.state.methods.allowed(request.scope["path"]) if exc.status_code == 405 else None
+    if allowed is not None:
+        headers["Allow"] = ", ".join(allowed)
+    return error_response(exc.status_code, code, str(exc.detail), headers or None)
 
 
 def _api_error(_: Request, exc: Exception) -> JSONResponse:

@@ -8,9 +8,23 @@ from typing import Any, Literal
 from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleet_rlm.api.text import JsonObject, Text
 from fleet_rlm.protocol.routes import Mode
 from fleet_rlm.protocol.status import AnswerSource, TurnStatus
 from fleet_rlm.store import FileRecord, MemoryRecord, SessionRecord, TurnRecord
+
+MAX_INT32 = 2**31 - 1
+"""The largest position, sequence number or offset a query parameter may name (PostgreSQL's
+``integer``); past it the API answers 422 rather than failing in the database."""
+SESSION_NAME_RULE = (
+    "Unique name; usable instead of the id in every URL. 1-64 letters, digits, '.', '_' or '-', starting "
+    "with a letter or digit, not with 'ses_', and not 'import' (else 400 invalid_session_name)."
+)
+
+
+def binary_file_part(schema: dict[str, Any]) -> None:
+    """A multipart file part: any bytes (``format: binary`` tells generated clients and test tools so)."""
+    schema["format"] = "binary"
 
 
 class _Strict(BaseModel):
@@ -18,17 +32,17 @@ class _Strict(BaseModel):
 
 
 class SessionCreate(_Strict):
-    name: str | None = Field(None, description="Unique name; usable instead of the id in every URL.")
-    title: str | None = Field(None, max_length=200)
+    name: Text | None = Field(None, description=SESSION_NAME_RULE)
+    title: Text | None = Field(None, max_length=200)
     mode: Mode | None = None
-    settings: dict[str, Any] = Field(default_factory=dict, description="Setting overrides for this session's turns.")
+    settings: JsonObject = Field(default_factory=dict, description="Setting overrides for this session's turns.")
 
 
 class SessionPatch(_Strict):
-    name: str | None = None
-    title: str | None = Field(None, max_length=200)
+    name: Text | None = Field(None, description=SESSION_NAME_RULE)
+    title: Text | None = Field(None, max_length=200)
     mode: Mode | None = None
-    settings: dict[str, Any] | None = None
+    settings: JsonObject | None = None
 
 
 class _FromRecord(BaseModel):
@@ -105,8 +119,8 @@ class MemoryApproval(_Strict):
 
 
 class TurnCreate(_Strict):
-    message: str = Field(min_length=1, description="What the person asks.")
-    context_paths: list[str] = Field(default_factory=list, description="Workspace files the turn must focus on.")
+    message: Text = Field(min_length=1, description="What the person asks.")
+    context_paths: list[Text] = Field(default_factory=list, description="Workspace files the turn must focus on.")
     mode: Mode | None = None
     max_iterations: int | None = Field(None, gt=0)
     max_model_calls: int | None = Field(None, gt=0)
@@ -167,14 +181,18 @@ class Ready(BaseModel):
 
 
 class FileUpload(BaseModel):
-    """The multipart body of an upload."""
+    """The multipart body of an upload. Text parts are plain strings: a form cannot send null."""
 
-    file: UploadFile = Field(description="The file's bytes")
-    path: str | None = Field(None, description="Where to put it, relative to files/ (default: the file's name)")
+    file: UploadFile = Field(description="The file's bytes", json_schema_extra=binary_file_part)
+    path: Text = Field(
+        "", description="Where to put it, relative to files/ (default: the file's name); no control characters"
+    )
 
 
 class ArchiveUpload(BaseModel):
     """The multipart body of a session import."""
 
-    archive: UploadFile = Field(description="A session archive from GET /sessions/{session}/export")
-    name: str | None = Field(None, description="Name for the new session (default: the archived one)")
+    archive: UploadFile = Field(
+        description="A session archive from GET /sessions/{session}/export", json_schema_extra=binary_file_part
+    )
+    name: Text = Field("", description="Name for the new session (default: the archived one)")

@@ -8,17 +8,30 @@ with a JSON body, no ``id:``, so it never moves ``Last-Event-ID``) goes out ever
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from fleet_rlm.api.errors import ApiError
+from fleet_rlm.api.schemas import MAX_INT32
 from fleet_rlm.protocol.events import Event, EventType
 
 SEPARATOR = "\n"
 RETRY_MS = 1000
 CACHE_CONTROL = {"Cache-Control": "no-cache"}
 """sse-starlette sets ``Connection: keep-alive`` and ``X-Accel-Buffering: no`` itself."""
+LAST_EVENT_ID_RULE = f"an event's seq, in ASCII digits 0-9, at most {MAX_INT32}"
+_ASCII_DIGITS = re.compile(r"[0-9]{1,10}")
+
+
+def last_event_seq(header: str) -> int:
+    """The seq a ``Last-Event-ID`` header names; 400 for anything else (``str.isdigit`` would take "²")."""
+    value = header.strip()
+    if _ASCII_DIGITS.fullmatch(value) and int(value) <= MAX_INT32:
+        return int(value)
+    raise ApiError(400, "invalid_last_event_id", f"Last-Event-ID must be {LAST_EVENT_ID_RULE}; got {header[:40]!r}")
 
 
 def _compact(data: object) -> str:

@@ -151,9 +151,28 @@ def parse_json(data: bytes, max_values: int, where: str) -> Any:
     if sum(skeleton.count(mark) for mark in _STRUCTURE) > max_values:
         raise BadArchive(f"{where} holds more than {max_values} JSON values")
     try:
-        return json.loads(data)
+        value = json.loads(data)
     except (ValueError, RecursionError) as exc:
         raise BadArchive(f"{where} is not valid JSON: {str(exc)[:200]}") from exc
+    if _holds_nul(value):
+        raise BadArchive(f"{where} holds a NUL character (U+0000), which Fleet does not store")
+    return value
+
+
+def _holds_nul(value: Any) -> bool:
+    """Any key or string in the JSON value holds U+0000 (PostgreSQL cannot store it; SQLite could)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def is_plain_file(member: tarfile.TarInfo) -> bool:

@@ -34,6 +34,7 @@ from fleet_rlm.service.channel import TurnChannel
 from fleet_rlm.service.files import SessionFiles
 from fleet_rlm.service.memory import MEMORY_FILE, MemoryBook
 from fleet_rlm.service.pool import Lease, SandboxPool
+from fleet_rlm.service.storable import make_storable
 from fleet_rlm.service.writer import EventJournal
 from fleet_rlm.store import Conflict, FileChanges, SessionRecord, Store, TurnRecord
 
@@ -198,6 +199,7 @@ class TurnExecution:
         terminal = self._terminal
         if terminal is None or terminal.type is not outcome.status.terminal_event:
             terminal = self._own_terminal(outcome)
+        terminal = make_storable(outcome, terminal)
         unwritten = await self.journal.flush(self.turn_id)
         try:
             await self._finish_with_retries(outcome, [*unwritten, terminal], changes)

@@ -14,6 +14,7 @@ Bytes cross into and out of the workspace only through its backend's
 from __future__ import annotations
 
 import mimetypes
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -57,12 +58,17 @@ def stored_path(rel: str) -> str:
     return clean
 
 
+_MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
+"""``type/subtype`` (RFC 6838); a declared type that is not one is not stored, nor served back."""
+
+
 def media_type_of(path: str, declared: str | None = None) -> str:
     guessed, _ = mimetypes.guess_type(path, strict=False)
     if guessed:
         return guessed
-    if declared and declared != "application/octet-stream":
-        return declared
+    essence = (declared or "").split(";", 1)[0].strip().lower()
+    if _MEDIA_TYPE.fullmatch(essence) and essence != "application/octet-stream":
+        return essence
     return "application/octet-stream"
 
 

@@ -35,8 +35,10 @@ from fleet_rlm.store import (
     Database,
     FileRecord,
     Invalid,
+    NotFound,
     SessionRecord,
     Store,
+    StoreError,
     TurnRecord,
 )
 from fleet_rlm.workspace.kinds import FileKind
@@ -231,9 +233,27 @@ class FleetService:
         """Store ``source`` at ``files/<rel>`` (replacing what was there); returns it and its kind."""
         session = await self.store.get_session(session_ref)
         limit = self.settings.server.upload_limit_mb * 1024 * 1024
-        record = await asyncio.to_thread(self.files.store_upload, session.id, rel, source, limit, declared_type)
-        stored = await self.store.put_file(session.id, record)
+        try:
+            record = await asyncio.to_thread(self.files.store_upload, session.id, rel, source, limit, declared_type)
+            stored = await self.store.put_file(session.id, record)
+        except (FileNotFoundError, NotFound, Conflict) as exc:
+            raise await self._upload_cut_short(session_ref, session.id, exc) from exc
         return stored, await asyncio.to_thread(self.files.kind, session.id, stored)
+
+    async def _upload_cut_short(self, session_ref: str, session_id: str, exc: Exception) -> StoreError:
+        """Why an upload's bytes or record could not be stored: its session was deleted meanwhile
+        (deleting removes the session's blob directory, the upload's staging file with it; what the
+        upload wrote after that is removed here), or it changed under the upload."""
+        try:
+            await self.store.get_session(session_id)
+        except NotFound:
+            await asyncio.to_thread(self.blobs.remove_session, session_id)
+            return NotFound("session", session_ref)
+        if isinstance(exc, StoreError):
+            return exc
+        return Conflict(
+            "the session's files changed while the upload was stored; send it again", code="upload_conflict"
+        )
 
     async def list_files(self, session_ref: str) -> list[tuple[FileRecord, FileKind]]:
         session = await self.store.get_session(session_ref)
@@ -245,7 +265,10 @@ class FleetService:
         path = stored_path(rel)
         session = await self.store.get_session(session_ref)
         record = await self.store.get_file(session.id, path)
-        return record, self.files.blob_path(session.id, record)
+        blob = self.files.blob_path(session.id, record)
+        if not await asyncio.to_thread(blob.is_file):  # the session is being deleted
+            raise NotFound("file", path)
+        return record, blob
 
     async def delete_file(self, session_ref: str, rel: str) -> FileRecord:
         """Forget a file; its bytes are dropped at the next start-up if nothing else uses them."""

@@ -30,13 +30,16 @@ from fleet_rlm.store.tables import EventRow, SessionRow, TurnRow, utcnow
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _EDITABLE_SESSION_FIELDS = frozenset({"name", "title", "mode", "settings"})
+RESERVED_SESSION_NAMES = frozenset({"import"})
+"""Names a URL already uses: ``/sessions/import`` is the import route."""
 
 
 def check_session_name(name: str) -> str:
-    if not _NAME.fullmatch(name) or is_session_id(name):
+    if not _NAME.fullmatch(name) or is_session_id(name) or name in RESERVED_SESSION_NAMES:
         raise Invalid(
             f"session name {name!r} is not valid: use 1-64 letters, digits, '.', '_' or '-', "
-            f"starting with a letter or digit and not with {SESSION_ID_PREFIX + '_'!r}",
+            f"starting with a letter or digit and not with {SESSION_ID_PREFIX + '_'!r}, "
+            f"and not {' or '.join(map(repr, sorted(RESERVED_SESSION_NAMES)))}",
             code="invalid_session_name",
         )
     return name

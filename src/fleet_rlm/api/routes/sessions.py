@@ -2,21 +2,32 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
-from fastapi import APIRouter, File, Query, Response
-from fastapi.responses import FileResponse
+from fastapi import APIRouter, File, HTTPException, Query, Response
 from starlette.background import BackgroundTask
 
 from fleet_rlm.api.deps import Service
+from fleet_rlm.api.downloads import StoredFileResponse
 from fleet_rlm.api.errors import CONNECTION_CLOSE, ErrorBody, Responses
-from fleet_rlm.api.schemas import ArchiveUpload, SessionCreate, SessionOut, SessionPage, SessionPatch
+from fleet_rlm.api.schemas import MAX_INT32, ArchiveUpload, SessionCreate, SessionOut, SessionPage, SessionPatch
 
 router = APIRouter(tags=["sessions"])
 NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such session"}}
+BAD_NAME: Responses = {
+    400: {"model": ErrorBody, "description": "invalid_session_name, or malformed_json: the body is not valid JSON"}
+}
+NAME_TAKEN: Responses = {409: {"model": ErrorBody, "description": "session_name_taken"}}
 
 
-@router.post("/sessions", status_code=201, response_model=SessionOut, responses={409: {"model": ErrorBody}})
+@router.api_route("/sessions/import", methods=["GET", "PATCH", "DELETE"], include_in_schema=False, response_model=None)
+async def import_is_not_a_session() -> NoReturn:
+    """``/sessions/import`` is the import route (POST), not a session named "import" (no session may
+    take that name), as OpenAPI matches a concrete path before ``/sessions/{session}``."""
+    raise HTTPException(405)
+
+
+@router.post("/sessions", status_code=201, response_model=SessionOut, responses={**BAD_NAME, **NAME_TAKEN})
 async def create_session(body: SessionCreate, service: Service) -> SessionOut:
     record = await service.create_session(name=body.name, title=body.title, mode=body.mode, settings=body.settings)
     return SessionOut.of(record)
@@ -26,7 +37,7 @@ async def create_session(body: SessionCreate, service: Service) -> SessionOut:
 async def list_sessions(
     service: Service,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT32)] = 0,
 ) -> SessionPage:
     """Sessions, most recently active first."""
     records = await service.list_sessions(limit=limit + 1, offset=offset)
@@ -40,14 +51,18 @@ async def get_session(session: str, service: Service) -> SessionOut:
     return SessionOut.of(await service.get_session(session))
 
 
-@router.patch("/sessions/{session}", response_model=SessionOut, responses={**NOT_FOUND, 409: {"model": ErrorBody}})
+@router.patch("/sessions/{session}", response_model=SessionOut, responses={**BAD_NAME, **NOT_FOUND, **NAME_TAKEN})
 async def update_session(session: str, body: SessionPatch, service: Service) -> SessionOut:
     """Change only the fields given."""
     changes = body.model_dump(exclude_unset=True)
     return SessionOut.of(await service.update_session(session, **changes))
 
 
-@router.delete("/sessions/{session}", status_code=204, responses={**NOT_FOUND, 409: {"model": ErrorBody}})
+@router.delete(
+    "/sessions/{session}",
+    status_code=204,
+    responses={**NOT_FOUND, 409: {"model": ErrorBody, "description": "session_busy: one of its turns is running"}},
+)
 async def delete_session(session: str, service: Service) -> Response:
     """Delete the session with its turns, events and files (409 while a turn runs)."""
     await service.delete_session(session)
@@ -56,10 +71,17 @@ async def delete_session(session: str, service: Service) -> Response:
 
 @router.get(
     "/sessions/{session}/export",
-    response_class=FileResponse,
-    responses={**NOT_FOUND, 200: {"content": {"application/gzip": {}}, "description": "The session archive"}},
+    status_code=200,
+    response_class=StoredFileResponse,
+    responses={
+        **NOT_FOUND,
+        200: {
+            "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+            "description": "The session archive (made for this request, so Range is not served)",
+        },
+    },
 )
-async def export_session(session: str, service: Service) -> FileResponse:
+async def export_session(session: str, service: Service) -> StoredFileResponse:
     """One portable archive of the session: history with events, files, artifacts and memory."""
     scratch = service.settings.data_dir / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -71,8 +93,9 @@ async def export_session(session: str, service: Service) -> FileResponse:
     except BaseException:
         path.unlink(missing_ok=True)
         raise
-    return FileResponse(
+    return StoredFileResponse(
         path,
+        byte_range=None,
         media_type="application/gzip",
         filename=f"{record.name or record.id}.fleet.tar.gz",
         background=BackgroundTask(path.unlink, missing_ok=True),
@@ -85,15 +108,23 @@ async def export_session(session: str, service: Service) -> FileResponse:
     response_model=SessionOut,
     form_limits={"max_files": 1, "max_fields": 4},
     responses={
-        400: {"model": ErrorBody, "description": "Not a valid session archive (invalid_archive)"},
-        409: {"model": ErrorBody},
+        400: {
+            "model": ErrorBody,
+            "description": "invalid_archive: not a valid session archive; invalid_session_name; or malformed_body: "
+            "not a readable multipart form",
+        },
+        **NAME_TAKEN,
         413: {
             "model": ErrorBody,
             "description": "archive_too_large: past FLEET_IMPORT_LIMIT_MB as sent, or unpacking past "
             "FLEET_IMPORT_UNPACKED_LIMIT_MB, FLEET_IMPORT_FILE_LIMIT_MB or FLEET_IMPORT_MAX_ENTRIES",
             "headers": CONNECTION_CLOSE,
         },
-        422: {"model": ErrorBody, "description": "No 'archive' field, or settings in the archive this server refuses"},
+        422: {
+            "model": ErrorBody,
+            "description": "invalid_request: no 'archive' part or a NUL in 'name'; invalid_settings: settings in "
+            "the archive this server refuses",
+        },
     },
 )
 async def import_session(form: Annotated[ArchiveUpload, File()], service: Service) -> SessionOut:

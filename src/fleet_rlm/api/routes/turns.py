@@ -7,13 +7,23 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 
 from fleet_rlm.api.deps import Service, Tickets
-from fleet_rlm.api.errors import ApiError, ErrorBody, Responses
+from fleet_rlm.api.errors import ErrorBody, Responses
 from fleet_rlm.api.event_schemas import EVENT_STREAM_RESPONSE
-from fleet_rlm.api.schemas import StreamTicket, TurnCreate, TurnOut, TurnPage
-from fleet_rlm.api.sse import event_stream
+from fleet_rlm.api.schemas import MAX_INT32, StreamTicket, TurnCreate, TurnOut, TurnPage
+from fleet_rlm.api.sse import LAST_EVENT_ID_RULE, event_stream, last_event_seq
 from fleet_rlm.service.service import TurnSubmission
 
 router = APIRouter(tags=["turns"])
+TURN_LINKS = {
+    name: {"operationId": operation, "parameters": {"turn_id": "$response.body#/id"}}
+    for name, operation in (
+        ("GetTurn", "get_turn_api_v1_turns__turn_id__get"),
+        ("CancelTurn", "cancel_turn_api_v1_turns__turn_id__cancel_post"),
+        ("TurnEvents", "turn_events_api_v1_turns__turn_id__events_get"),
+        ("StreamTicket", "stream_ticket_api_v1_turns__turn_id__events_ticket_post"),
+    )
+}
+"""OpenAPI links from a submitted turn to what a client does next with it."""
 SESSION_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such session"}}
 TURN_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such turn"}}
 
@@ -23,7 +33,13 @@ TURN_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such t
     status_code=202,
     response_model=TurnOut,
     responses={
-        200: {"model": TurnOut, "description": "The turn this Idempotency-Key already created"},
+        202: {"links": TURN_LINKS},
+        200: {"model": TurnOut, "description": "The turn this Idempotency-Key already created", "links": TURN_LINKS},
+        400: {
+            "model": ErrorBody,
+            "description": "malformed_json: the body is not valid JSON; invalid_path: a context path is absolute, "
+            "has '..' or is otherwise refused",
+        },
         409: {"model": ErrorBody, "description": "Another turn of the session is queued or running"},
         **SESSION_NOT_FOUND,
     },
@@ -55,7 +71,7 @@ async def submit_turn(
 async def list_turns(
     session: str,
     service: Service,
-    after: Annotated[int, Query(ge=0, description="Only turns after this position")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_INT32, description="Only turns after this position")] = 0,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> TurnPage:
     """The session's history, oldest first."""
@@ -97,23 +113,30 @@ async def stream_ticket(turn_id: str, request: Request, service: Service, ticket
 @router.get(
     "/turns/{turn_id}/events",
     response_class=EventSourceResponse,
-    responses={200: EVENT_STREAM_RESPONSE, **TURN_NOT_FOUND},
+    responses={
+        200: EVENT_STREAM_RESPONSE,
+        400: {"model": ErrorBody, "description": f"invalid_last_event_id: {LAST_EVENT_ID_RULE}"},
+        **TURN_NOT_FOUND,
+    },
 )
 async def turn_events(
     turn_id: str,
     service: Service,
-    last_event_id: Annotated[str | None, Header()] = None,
-    after: Annotated[int | None, Query(ge=0, description="Like Last-Event-ID: only events after this seq")] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            description=f"The last event id seen: {LAST_EVENT_ID_RULE}; it wins over ?after=",
+            # Documented only: the route answers 400 invalid_last_event_id, not FastAPI's 422.
+            json_schema_extra={"pattern": "^[0-9]{1,10}$"},
+        ),
+    ] = None,
+    after: Annotated[int, Query(ge=0, le=MAX_INT32, description="Like Last-Event-ID: only events after this seq")] = 0,
     ticket: Annotated[
         str | None, Query(description="A stream ticket (POST .../events/ticket) instead of the bearer token")
     ] = None,
 ) -> EventSourceResponse:
     """Server-sent events: replay from the start (or after ``Last-Event-ID``), then live to the
     terminal event. A disconnect does not cancel the turn."""
-    after_seq = after or 0
-    if last_event_id is not None:
-        if not last_event_id.strip().isdigit():
-            raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be an event sequence number")
-        after_seq = int(last_event_id)
+    after_seq = last_event_seq(last_event_id) if last_event_id is not None else after
     events = await service.events(turn_id, after_seq)
     return event_stream(events, service.settings.server.sse_heartbeat_seconds)
