@@ -72,7 +72,7 @@ def test_hostile_requests_get_clear_errors_and_change_nothing(
             (http.get("/memory/nope"), 404, "memory_not_found"),
             (http.get("/memory/mem_" + "0" * 16), 404, "memory_not_found"),
             (http.get("/memory/" + "m" * 5000), 404, "memory_not_found"),
-            (http.get("/memory/mem_%00"), 404, "memory_not_found"),
+            (http.get("/memory/mem_%00"), 422, "invalid_request"),  # a NUL anywhere is refused at the edge
             (http.post("/memory/..%2F..%2Fsessions/approve"), 404, "not_found"),
             (http.delete("/memory/mem_" + "f" * 16), 404, "memory_not_found"),
             (http.post(f"{url}/approve", json={"text": "x" * 1001}), 422, "invalid_memory_text"),

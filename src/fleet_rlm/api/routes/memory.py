@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Response
 
 from fleet_rlm.api.deps import Service
 from fleet_rlm.api.errors import ErrorBody, Responses
-from fleet_rlm.api.schemas import MemoryApproval, MemoryOut, MemoryPage, MemoryStatus
+from fleet_rlm.api.schemas import MAX_INT32, MemoryApproval, MemoryOut, MemoryPage, MemoryStatus
 
 router = APIRouter(tags=["memory"])
 NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such memory entry (memory_not_found)"}}
@@ -32,7 +32,7 @@ async def list_memory(
     status: MemoryStatus | None = None,
     session: Annotated[str | None, Query(description="Only entries proposed in this session (id or name)")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT32)] = 0,
 ) -> MemoryPage:
     """Memory entries, oldest proposal first: ``?status=pending`` is what waits for review."""
     records = await service.memory.entries(status=status, session=session, limit=limit + 1, offset=offset)
