@@ -174,7 +174,7 @@ async def test_an_archive_out_of_order_or_with_unlisted_data_is_refused(service:
     [
         ("not a list", "must be a list"),
         ([{"text": "x"}] * 1001, "at most 1000 entries"),
-        ([{"text": "a\u0000b"}], "memory entry 1 of the archive: text contains the control character"),
+        ([{"text": "a\u0007b"}], "memory entry 1 of the archive: text contains the control character"),
         ([{"text": "x" * 1001}], "text is 1001 characters long; the most is 1000"),
         ([{"text": "fine", "why": 7}], "why must be a string"),
         ([{"why": "no text"}], "malformed"),

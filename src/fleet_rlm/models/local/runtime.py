@@ -17,6 +17,14 @@ from fleet_rlm.models.local.cache import RealModelError, cache_lock, find_uv, pr
 LLAMA_CPP_VERSION = "0.3.36"
 REQUIREMENT = f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}"
 _CHECK = "import llama_cpp, llama_cpp.server.app; print(llama_cpp.__version__)"
+# llama.cpp is compiled for this CPU (-march=native), except Intel AMX: a CPU may list the AMX tile
+# instructions while Linux refuses them to a process that did not ask for them (arch_prctl), and ggml
+# does not ask, so its first matrix product dies with a general protection fault (seen on Xeon machines
+# here). GCC lets an explicit -mno-<isa> win over what -march=native implies, wherever it stands.
+_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+CMAKE_ARGS = (
+    f"-DCMAKE_C_FLAGS='{_NO_AMX}' -DCMAKE_CXX_FLAGS='{_NO_AMX}'" if platform.machine() in ("x86_64", "AMD64") else ""
+)
 
 
 def runtime_dir(root: Path) -> Path:
@@ -44,7 +52,7 @@ def _stamp(root: Path) -> Path:
 
 def _stamp_text() -> str:
     """What the runtime was built for: llama.cpp is compiled for this CPU's instruction set."""
-    return f"{REQUIREMENT}\ncpu {cpu_fingerprint()}\n"
+    return f"{REQUIREMENT}\ncpu {cpu_fingerprint()}\ncmake {CMAKE_ARGS}\n"
 
 
 def cpu_fingerprint() -> str:
@@ -67,15 +75,16 @@ def _ready(root: Path) -> bool:
 def _install(root: Path) -> None:
     venv = runtime_dir(root)
     uv = find_uv()
-    # A runtime built on another CPU must not come back from uv's wheel cache: build it again.
-    other_cpu = _stamp(root).is_file() and _stamp(root).read_text() != _stamp_text()
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    # A runtime built on another CPU or with other build options must not come back from uv's wheel
+    # cache (its key knows neither): build it again.
+    other_build = _stamp(root).is_file() and _stamp(root).read_text() != _stamp_text()
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {"CMAKE_ARGS": CMAKE_ARGS}
     shutil.rmtree(venv, ignore_errors=True)
     started = time.monotonic()
     progress(f"installing {REQUIREMENT} into {venv} (built from source the first time: minutes)")
     run_logged([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], "creating the runtime", env=env)
     install = [uv, "pip", "install", "--python", str(runtime_python(root)), REQUIREMENT]
-    if other_cpu:
+    if other_build:
         install += ["--refresh-package", "llama-cpp-python"]
     run_logged(install, f"installing {REQUIREMENT}", env=env)
     check = subprocess.run([str(runtime_python(root)), "-c", _CHECK], capture_output=True, text=True, check=False)
