@@ -11,9 +11,9 @@ from fleet_rlm.models.scripted import ScriptedModelServer
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.store import Database
 from fleet_rlm.testing.settings import scripted_settings
-from tests.store.databases import database_url, postgres_databases
+from tests.store.databases import database_url, postgres_databases, store
 
-__all__ = ["database_url", "postgres_databases"]
+__all__ = ["database_url", "postgres_databases", "store"]
 
 SettingsFactory = Callable[..., Settings]
 

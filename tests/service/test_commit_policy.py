@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from sqlalchemy.exc import OperationalError
 
 from fleet_rlm.service.execution import COMMIT_WAITS, commit_retrying
-from fleet_rlm.store import Conflict, Database, Store, TurnRecord
+from fleet_rlm.store import Conflict, Store, TurnRecord
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    database = Database(database_url)
-    await database.migrate()
-    yield Store(database)
-    await database.dispose()
 
 
 async def running_turn(store: Store) -> TurnRecord:

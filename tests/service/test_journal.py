@@ -3,26 +3,16 @@ database that will not take them never loses them (the turn's final commit gets 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.payloads import TurnWarning
 from fleet_rlm.service.writer import EventJournal
-from fleet_rlm.store import Database, Store
+from fleet_rlm.store import Store
 from fleet_rlm.testing.faults import FailingCalls
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    database = Database(database_url)
-    await database.migrate()
-    yield Store(database)
-    await database.dispose()
 
 
 async def new_turn(store: Store) -> str:

@@ -8,13 +8,13 @@ import asyncio
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
 import pytest
 
-from fleet_rlm.store import Database
+from fleet_rlm.store import Database, Store
 
 POSTGRES_ADMIN_DSN = os.environ.get("FLEET_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -127,3 +127,12 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 def unmigrated_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh database URL on each backend with no schema at all, for tests that migrate it themselves."""
     yield from _fresh_url(request, tmp_path, migrated=False)
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    """A store on a fresh, migrated database of each kind."""
+    database = Database(database_url)
+    await database.migrate()
+    yield Store(database)
+    await database.dispose()
