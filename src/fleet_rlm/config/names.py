@@ -24,9 +24,11 @@ SHORT_PREFIX: dict[SettingPath, str] = {
     ("sub_lm",): "sub_lm_",
     ("sandbox",): "sandbox_",
     ("memory",): "memory_",
+    ("judge_lm",): "judge_lm_",
+    ("reflection_lm",): "reflection_lm_",
     ("server", "ceilings"): "ceiling_",
 }
-"""The short name of a field is this prefix (none for budget and server) plus its name ..."""
+"""The short name of a field is this prefix (none for budget, quality and server) plus its name ..."""
 SHORT_EXCEPTIONS: dict[SettingPath, str] = {("server", "host"): "server_host", ("server", "port"): "server_port"}
 """... except for these."""
 

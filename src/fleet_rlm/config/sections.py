@@ -1,5 +1,5 @@
-"""The sections of Fleet's settings: ``[lm]``, ``[sub_lm]``, ``[budget]``, ``[sandbox]``, ``[memory]`` and
-``[server]`` (with ``[server.ceilings]``). Each layer is handed the section it reads."""
+"""The sections of Fleet's settings: ``[lm]``, ``[sub_lm]``, ``[budget]``, ``[sandbox]``, ``[memory]``,
+``[quality]`` (with the ``[judge_lm]`` and ``[reflection_lm]`` models) and ``[server]`` (with ``[server.ceilings]``). Each layer is handed the section it reads."""
 
 from __future__ import annotations
 
@@ -76,6 +76,16 @@ class SubLMSettings(BaseModel):
                 "max_tokens": self.max_tokens or root.max_tokens,
             }
         )
+
+
+class JudgeLMSettings(SubLMSettings):
+    """The judge model, which grades answers against their labels in ``fleet_metric``; each unset field is
+    the root's."""
+
+
+class ReflectionLMSettings(SubLMSettings):
+    """The reflection model, which reads the metric's feedback and proposes new instructions to GEPA;
+    each unset field is the root's."""
 
 
 class BudgetSettings(BaseModel):
@@ -200,6 +210,19 @@ class MemorySettings(BaseModel):
     max_pending: int = Field(
         default=100, gt=0, description="Proposals waiting for review at most; beyond, remember() is refused."
     )
+
+
+class QualitySettings(BaseModel):
+    """Evaluation and optimization: replay capture, eval runs (docs/evaluation.md)."""
+
+    model_config = SECTION_CONFIG
+
+    capture_replays: bool = Field(
+        default=False,
+        description="Keep an immutable snapshot of each turn's inputs, so the turn can be labeled and replayed "
+        "(per session too).",
+    )
+    eval_concurrency: int = Field(default=2, gt=0, le=64, description="Replays an eval run runs at once.")
 
 
 class Ceilings(BaseModel):

@@ -22,8 +22,11 @@ from fleet_rlm.config.errors import ConfigError, ModelNotConfigured
 from fleet_rlm.config.names import SettingPath, field_at, nest_short_names, short_names
 from fleet_rlm.config.sections import (
     BudgetSettings,
+    JudgeLMSettings,
     LMSettings,
     MemorySettings,
+    QualitySettings,
+    ReflectionLMSettings,
     SandboxSettings,
     ServerSettings,
     SubLMSettings,
@@ -74,6 +77,9 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = Field(default_factory=lambda: SandboxSettings())
     memory: MemorySettings = Field(default_factory=lambda: MemorySettings())
     server: ServerSettings = Field(default_factory=lambda: ServerSettings())
+    quality: QualitySettings = Field(default_factory=lambda: QualitySettings())
+    judge_lm: JudgeLMSettings = Field(default_factory=lambda: JudgeLMSettings())
+    reflection_lm: ReflectionLMSettings = Field(default_factory=lambda: ReflectionLMSettings())
 
     @model_validator(mode="before")
     @classmethod

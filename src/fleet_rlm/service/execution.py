@@ -34,9 +34,10 @@ from fleet_rlm.service.channel import TurnChannel
 from fleet_rlm.service.files import SessionFiles
 from fleet_rlm.service.memory import MEMORY_FILE, MemoryBook
 from fleet_rlm.service.pool import Lease, SandboxPool
+from fleet_rlm.service.replays import capture
 from fleet_rlm.service.storable import make_storable
 from fleet_rlm.service.writer import EventJournal
-from fleet_rlm.store import Conflict, FileChanges, SessionRecord, Store, TurnRecord
+from fleet_rlm.store import Conflict, FileChanges, FileRecord, SessionRecord, Store, TurnRecord
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +176,8 @@ class TurnExecution:
             memory=memory,
             propose_memory=self.memory.proposals_for(plan.session.id, self.turn_id, self.loop),
         )
+        if plan.settings.quality.capture_replays:
+            await self._capture(request, [r for r in records if r.path in placed])
         self.engine_turn = build_turn(plan.settings, request, self.sink, backend=self.lease.backend)
         if self.cancel_requested:
             self.engine_turn.cancel()
@@ -189,6 +192,17 @@ class TurnExecution:
             self.files.collect_changes, plan.session.id, workspace, self.lease.files, placed
         )
         return outcome, changes
+
+    async def _capture(self, request: TurnRequest, files: list[FileRecord]) -> None:
+        """Keep the snapshot of the turn's inputs; a turn whose snapshot could not be stored still runs
+        (it just cannot be labeled)."""
+        plan = self.plan
+        overrides = {"mode": plan.session.mode, **plan.session.settings, **plan.turn.options}
+        snapshot = capture(request, plan.session.id, plan.settings, files, overrides)
+        try:
+            await self.store.save_replay(self.turn_id, plan.session.id, snapshot.model_dump(mode="json"))
+        except Exception:
+            log.exception("turn %s: could not store its replay snapshot", self.turn_id)
 
     def _stopped_outcome(self) -> TurnOutcome:
         return TurnOutcome(status=TurnStatus.CANCELLED, error="the turn was cancelled")

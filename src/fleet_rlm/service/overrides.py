@@ -30,6 +30,7 @@ SESSION_SETTING_KEYS = (
     "execution_timeout",
     "max_output_chars",
     "max_tokens_per_turn",
+    "capture_replays",
 )
 
 CEILING_OF = {

@@ -150,7 +150,7 @@ class FleetService:
             if session_id not in known:
                 await asyncio.to_thread(self.blobs.remove_session, session_id)
             else:
-                keep = await self.store.referenced_blobs(session_id)
+                keep = await self.store.referenced_blobs(session_id) | await self.store.replay_blobs(session_id)
                 await asyncio.to_thread(self.blobs.collect_garbage, session_id, keep)
 
     async def stop(self) -> None:

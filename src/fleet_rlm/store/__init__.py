@@ -3,7 +3,15 @@
 from fleet_rlm.store.blobs import BlobStore, TooLarge
 from fleet_rlm.store.database import Database, database_url
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound, StoreError
-from fleet_rlm.store.records import FileChanges, FileRecord, MemoryRecord, SessionRecord, TurnRecord
+from fleet_rlm.store.records import (
+    FileChanges,
+    FileRecord,
+    LabelRecord,
+    MemoryRecord,
+    ReplayRecord,
+    SessionRecord,
+    TurnRecord,
+)
 from fleet_rlm.store.store import Store
 
 __all__ = [
@@ -13,8 +21,10 @@ __all__ = [
     "FileChanges",
     "FileRecord",
     "Invalid",
+    "LabelRecord",
     "MemoryRecord",
     "NotFound",
+    "ReplayRecord",
     "SessionRecord",
     "Store",
     "StoreError",

@@ -124,3 +124,29 @@ class FileChanges:
 
     upserts: list[FileRecord] = field(default_factory=list)
     deletions: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReplayRecord(RowView):
+    """The snapshot of a turn's inputs taken when it ran with ``capture_replays`` on."""
+
+    turn_id: str
+    session_id: str
+    snapshot: dict[str, Any]
+    created_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class LabelRecord(RowView):
+    """An approved gold label of a captured turn (docs/evaluation.md)."""
+
+    id: str
+    turn_id: str
+    session_id: str
+    answer: str
+    group: str
+    value: Any = None
+    expectations: dict[str, Any] = field(default_factory=dict)
+    critical: bool = False
+    benchmark: bool = False
+    created_at: dt.datetime | None = None

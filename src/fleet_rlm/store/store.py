@@ -22,6 +22,7 @@ from fleet_rlm.protocol.payloads import TurnInterrupted
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, FINAL_STATUSES, TurnStatus
 from fleet_rlm.store.base import event_row
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound
+from fleet_rlm.store.evaluation import EvalQueries
 from fleet_rlm.store.events import EventQueries
 from fleet_rlm.store.files import FileQueries
 from fleet_rlm.store.memory import MemoryQueries
@@ -45,8 +46,8 @@ def check_session_name(name: str) -> str:
     return name
 
 
-class Store(FileQueries, EventQueries, MemoryQueries):
-    """Sessions and turns here; files, events and memory in their own query groups."""
+class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries):
+    """Sessions and turns here; files, events, memory and evaluation data in their own query groups."""
 
     # Sessions ---------------------------------------------------------------------------------
 

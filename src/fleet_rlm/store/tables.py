@@ -1,4 +1,5 @@
-"""The relational schema: sessions, turns, their append-only events, session files, and memory.
+"""The relational schema: sessions, turns, their append-only events, session files, memory, and the
+evaluation data (replay snapshots of turns, labels).
 
 File bytes live on disk (see :mod:`fleet_rlm.store.blobs`); rows hold their metadata. Timestamps
 are timezone-aware UTC on every backend. Changing a table means adding an Alembic revision under
@@ -13,6 +14,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Dialect,
     Float,
@@ -182,3 +184,33 @@ class MemoryRow(Base):
     turn_id: Mapped[str | None] = mapped_column(ForeignKey("turns.id", ondelete="SET NULL"))
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
     reviewed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+
+
+class ReplayRow(Base):
+    """The immutable snapshot of one turn's inputs, kept when ``capture_replays`` was on for it: what a
+    replay needs to run the turn again in a fresh runtime. Written once, never updated."""
+
+    __tablename__ = "turn_replays"
+
+    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id", ondelete="CASCADE"), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), index=True)
+    snapshot: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class LabelRow(Base):
+    """A maintainer's approved gold label of a captured turn: the reviewed answer and what a replay's
+    answer must satisfy (docs/evaluation.md)."""
+
+    __tablename__ = "eval_labels"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id", ondelete="CASCADE"), unique=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), index=True)
+    answer: Mapped[str] = mapped_column(Text)
+    value: Mapped[Any] = mapped_column(JSON, nullable=True)
+    expectations: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    group: Mapped[str] = mapped_column(String(64))
+    critical: Mapped[bool] = mapped_column(Boolean, default=False)
+    benchmark: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -1,0 +1,88 @@
+"""Running a captured turn again: a fresh, disposable runtime (a sandbox workspace from the pool)
+restored from the turn's snapshot, its input files put back by sha256, then thrown away.
+
+A replay is not a turn of the session: nothing it does is stored, its memory proposals go nowhere,
+and its artifacts are read back (bounded, through the workspace's safe tree, never following a link)
+only for the label's checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleet_rlm.config import Settings
+from fleet_rlm.engine.turn import TurnOutcome, build_turn
+from fleet_rlm.protocol.events import Event, new_id
+from fleet_rlm.service.memory import MEMORY_FILE
+from fleet_rlm.service.replays import ReplaySnapshot
+from fleet_rlm.service.service import FleetService
+
+MAX_ARTIFACT_BYTES = 1024 * 1024
+"""Bytes of an artifact read back for its content checks; a larger one is checked as absent text."""
+
+
+class ReplayUnavailable(Exception):
+    """The snapshot cannot be restored (an input file's bytes are gone); the message says which."""
+
+
+@dataclass
+class ReplayResult:
+    """What a replay produced: the outcome and the text of its artifacts."""
+
+    outcome: TurnOutcome
+    artifacts: dict[str, str] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def answer(self) -> str | None:
+        return self.outcome.answer
+
+    @property
+    def route(self) -> str | None:
+        return self.outcome.route
+
+    @property
+    def usage(self) -> dict[str, Any]:
+        return self.outcome.usage
+
+    @property
+    def unverified_reason(self) -> str | None:
+        return self.outcome.unverified_reason
+
+
+async def replay(service: FleetService, snapshot: ReplaySnapshot, *, settings: Settings | None = None) -> ReplayResult:
+    """Run ``snapshot`` again with ``settings`` (the service's, with the turn's overrides, by default)."""
+    settings = snapshot.settings_for(settings or service.settings)
+    for item in snapshot.files:
+        if not service.blobs.path(snapshot.session_id, item.sha256).is_file():
+            raise ReplayUnavailable(f"input file {item.path} (sha256 {item.sha256[:12]}…) is no longer stored")
+    replay_id = new_id("replay")
+    lease = await service.pool.acquire(snapshot.session_id, replay_id)
+    events: list[Event] = []
+    try:
+        for item in snapshot.files:
+            blob = service.blobs.path(snapshot.session_id, item.sha256)
+            await asyncio.to_thread(lease.files.push, blob, item.path)
+        if snapshot.memory is not None:
+            await asyncio.to_thread(lease.files.push, io.BytesIO(snapshot.memory.encode()), MEMORY_FILE)
+        request = snapshot.request(lease.workspace.root, replay_id)
+        outcome = await build_turn(settings, request, events.append, backend=lease.backend).run()
+        artifacts = await asyncio.to_thread(_read_artifacts, lease.workspace.tree, outcome)
+    finally:
+        await service.pool.release(lease)
+    return ReplayResult(outcome=outcome, artifacts=artifacts, events=events)
+
+
+def _read_artifacts(tree: Any, outcome: TurnOutcome) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    for record in outcome.artifacts:
+        path = str(record["path"])
+        try:
+            data = tree.read_bytes(path, MAX_ARTIFACT_BYTES)
+        except (OSError, ValueError):
+            continue
+        texts[path] = data.decode("utf-8", errors="replace")
+    return texts

@@ -1,0 +1,107 @@
+"""Evaluation data: the replay snapshots of captured turns, and the labels maintainers give them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from fleet_rlm.protocol.events import new_id
+from fleet_rlm.store.base import StoreBase
+from fleet_rlm.store.errors import Conflict, NotFound
+from fleet_rlm.store.records import LabelRecord, ReplayRecord
+from fleet_rlm.store.tables import LabelRow, ReplayRow, utcnow
+
+LABEL_ID_PREFIX = "lbl"
+
+
+class EvalQueries(StoreBase):
+    async def save_replay(self, turn_id: str, session_id: str, snapshot: dict[str, Any]) -> ReplayRecord:
+        """Keep a turn's snapshot; a snapshot is written once and never replaced (``replay_exists``)."""
+        row = ReplayRow(turn_id=turn_id, session_id=session_id, snapshot=dict(snapshot), created_at=utcnow())
+        try:
+            async with self.db.write() as session:
+                session.add(row)
+        except IntegrityError as exc:
+            raise Conflict(f"turn {turn_id} already has a replay snapshot", code="replay_exists") from exc
+        return ReplayRecord.of(row)
+
+    async def get_replay(self, turn_id: str) -> ReplayRecord:
+        async with self.db.read() as session:
+            row = await session.get(ReplayRow, turn_id)
+            if row is None:
+                raise NotFound("replay", turn_id)
+            return ReplayRecord.of(row)
+
+    async def replay_blobs(self, session_id: str) -> set[str]:
+        """The sha256 of every input file the session's snapshots name (their bytes must be kept)."""
+        query = select(ReplayRow.snapshot).where(ReplayRow.session_id == session_id)
+        async with self.db.read() as session:
+            snapshots: list[dict[str, Any]] = list((await session.execute(query)).scalars())
+        return {str(f["sha256"]) for snap in snapshots for f in snap.get("files", []) if "sha256" in f}
+
+    async def add_label(
+        self,
+        *,
+        turn_id: str,
+        session_id: str,
+        answer: str,
+        group: str,
+        value: Any = None,
+        expectations: dict[str, Any] | None = None,
+        critical: bool = False,
+        benchmark: bool = False,
+    ) -> LabelRecord:
+        row = LabelRow(
+            id=new_id(LABEL_ID_PREFIX),
+            turn_id=turn_id,
+            session_id=session_id,
+            answer=answer,
+            value=value,
+            expectations=dict(expectations or {}),
+            group=group,
+            critical=critical,
+            benchmark=benchmark,
+            created_at=utcnow(),
+        )
+        try:
+            async with self.db.write() as session:
+                session.add(row)
+        except IntegrityError as exc:
+            raise Conflict(
+                f"turn {turn_id} is labeled already; remove its label first (fleet eval rm)", code="label_exists"
+            ) from exc
+        return LabelRecord.of(row)
+
+    async def list_labels(self, *, session_id: str | None = None, groups: list[str] | None = None) -> list[LabelRecord]:
+        """Labels, oldest first; only those of ``session_id`` and of ``groups`` when given."""
+        query = select(LabelRow)
+        if session_id is not None:
+            query = query.where(LabelRow.session_id == session_id)
+        if groups:
+            query = query.where(LabelRow.group.in_(groups))
+        query = query.order_by(LabelRow.created_at, LabelRow.id)
+        async with self.db.read() as session:
+            return [LabelRecord.of(row) for row in (await session.execute(query)).scalars()]
+
+    async def get_label(self, ref: str) -> LabelRecord:
+        """The label with id ``ref``, or the label of turn ``ref``."""
+        async with self.db.read() as session:
+            return LabelRecord.of(await _label_row(session, ref))
+
+    async def delete_label(self, ref: str) -> LabelRecord:
+        async with self.db.write() as session:
+            row = await _label_row(session, ref)
+            record = LabelRecord.of(row)
+            await session.delete(row)
+        return record
+
+
+async def _label_row(session: Any, ref: str) -> LabelRow:
+    row = await session.get(LabelRow, ref)
+    if row is None:
+        row = (await session.execute(select(LabelRow).where(LabelRow.turn_id == ref))).scalar_one_or_none()
+    if row is None:
+        raise NotFound("label", ref)
+    return row  # type: ignore[no-any-return]

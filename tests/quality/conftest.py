@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_rlm.config import Settings
+from fleet_rlm.models.scripted import ScriptedModelServer, fields_reply, rlm_step
+from fleet_rlm.service.service import FleetService, TurnSubmission
+from fleet_rlm.store import Database, TurnRecord
+from fleet_rlm.testing.settings import scripted_settings
+from tests.store.databases import database_url, postgres_databases
+
+__all__ = ["database_url", "postgres_databases"]
+
+SettingsFactory = Callable[..., Settings]
+JUDGE = "judge"
+SALES = b"region,revenue\nnorth,100\nsouth,80\nnorth,70\n"
+TOTAL_CODE = """import csv
+total = sum(int(r['revenue']) for r in csv.DictReader(open('files/sales.csv')))
+open('artifacts/total.txt', 'w').write(f'total={total}\\n')
+SUBMIT(answer=f'The total revenue is {total}.')"""
+
+
+def judge_says(correct: bool, reason: str = "same figures") -> str:
+    return fields_reply(correct=str(correct), reason=reason)
+
+
+@pytest.fixture
+def make_settings(model_server: ScriptedModelServer, home: Path, database_url: str) -> SettingsFactory:
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "database_url": database_url,
+            "sandbox_pool_size": 1,
+            "judge_lm_model": f"openai/{JUDGE}",
+        }
+        values.update(overrides)
+        return scripted_settings(model_server, home, **values)
+
+    return make
+
+
+@pytest.fixture
+async def service(make_settings: SettingsFactory) -> AsyncIterator[FleetService]:
+    settings = make_settings()
+    fleet = FleetService(settings, database=Database(str(settings.database_url)))
+    await fleet.start()
+    yield fleet
+    await fleet.stop()
+
+
+async def captured_turn(
+    service: FleetService,
+    model_server: ScriptedModelServer,
+    session: str,
+    *,
+    message: str = "What is the total revenue?",
+    code: str = TOTAL_CODE,
+    capture: bool = True,
+) -> TurnRecord:
+    """A finished turn of ``session`` (created with sales.csv when new), captured unless told not to."""
+    if session not in {s.name for s in await service.list_sessions(limit=1000)}:
+        await service.create_session(name=session, settings={"capture_replays": capture})
+        await service.upload_file(session, "sales.csv", io.BytesIO(SALES))
+    model_server.script("root", rlm_step("Sum it.", code))
+    turn, _ = await service.submit_turn(session, TurnSubmission(message=message))
+    done = await service.wait_for_turn(turn.id)
+    assert done.status == "completed", done.error
+    return done
