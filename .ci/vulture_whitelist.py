@@ -104,3 +104,12 @@ _.object_pairs_hook
 _.parse_float
 _.parse_int
 _.parse_constant
+
+# quality: dspy.GEPA calls a metric as (gold, pred, trace, pred_name, pred_trace); fleet_metric scores the
+# whole program's outcome, so it reads neither of the last two. JudgeAnswer's fields are read by DSPy by name.
+pred_name
+pred_trace
+_.reviewed_answer
+_.candidate_answer
+_.label_id  # quality.evaluation.EvalRow: in the JSON report (dataclasses.asdict)
+_.reflection_lm  # config: the [reflection_lm] section, FLEET_REFLECTION_LM_* (read by fleet optimize)

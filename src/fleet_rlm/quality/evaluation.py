@@ -23,7 +23,7 @@ from fleet_rlm.engine.identity import program_identity
 from fleet_rlm.protocol.events import new_id
 from fleet_rlm.quality.labels import expectations_of
 from fleet_rlm.quality.metric import FleetMetric, build_fleet_metric, usage_measured
-from fleet_rlm.quality.replay import ReplayResult, replay
+from fleet_rlm.quality.replay import ReplayResult, ReplayUnavailable, replay
 from fleet_rlm.service.replays import ReplaySnapshot
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.store import LabelRecord
@@ -113,7 +113,7 @@ async def score_label(
     try:
         result = await replay(service, snapshot, settings=settings)
     except Exception as exc:
-        row.error = one_line(exc)
+        row.error = one_line(exc, with_type=not isinstance(exc, ReplayUnavailable))
         row.feedback = f"Failed: the replay could not run ({row.error})."
         return row
     scored = await asyncio.to_thread(metric, example_of(label, snapshot), _prediction(result))
