@@ -144,6 +144,9 @@ class TurnOut(_FromRecord):
     error: str | None
     usage: dict[str, Any]
     artifacts: list[dict[str, Any]]
+    program_version: str | None = Field(
+        None, description="The program the turn ran: builtin, or an approved optimization's version (v1, ...)."
+    )
     created_at: dt.datetime | None
     started_at: dt.datetime | None
     finished_at: dt.datetime | None

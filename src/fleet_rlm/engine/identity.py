@@ -10,9 +10,7 @@ from typing import Any
 
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.modes.flex import FLEX_MODULE
-from fleet_rlm.engine.program import FleetTask
-
-BUILTIN_PROGRAM_VERSION = "builtin"
+from fleet_rlm.engine.program import FleetTask, ProgramSpec
 
 
 def digest(value: Any) -> str:
@@ -20,13 +18,16 @@ def digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def builtin_program() -> dict[str, str]:
-    """Fleet's own program: the task instructions the RLM's predictors start from and the flex module."""
-    return {"instructions": str(FleetTask.instructions), "flex_module_src": FLEX_MODULE}
+def code_identity() -> str:
+    """The sha256 of Fleet's built-in program (the task instructions the RLM's predictors start from and
+    the flex module): an optimized program was measured against this code."""
+    return digest({"instructions": str(FleetTask.instructions), "flex_module_src": FLEX_MODULE})
 
 
-def program_identity() -> dict[str, str]:
-    return {"version": BUILTIN_PROGRAM_VERSION, "sha256": digest(builtin_program())}
+def program_identity(program: ProgramSpec | None = None) -> dict[str, str]:
+    """The served program's version and the sha256 of its changes, with the built-in code's identity."""
+    program = program or ProgramSpec()
+    return {"version": program.version, "sha256": program.sha256, "code": code_identity()}
 
 
 def dependency_identity() -> dict[str, str]:

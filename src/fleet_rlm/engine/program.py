@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import dspy
@@ -32,6 +35,44 @@ class FleetTask(dspy.Signature):  # type: ignore[misc]
     answer: str = dspy.OutputField(desc="The final answer for the person, in Markdown.")
 
 
+BUILTIN_PROGRAM_VERSION = "builtin"
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """The program a turn runs: Fleet's built-in one, or an approved optimization's. Each text set
+    replaces the built-in one: the instructions of the RLM's ``generate_action`` and ``extract``
+    predictors, and the flex route's module source."""
+
+    version: str = BUILTIN_PROGRAM_VERSION
+    generate_action: str | None = None
+    """The task instructions DSPy's RLM puts first in ``generate_action``'s prompt (Fleet's own part of
+    it: DSPy's action template, the tools' documentation and the sandbox's rules follow as always)."""
+    extract: str | None = None
+    """The whole instructions of the RLM's ``extract`` predictor."""
+    flex_module_src: str | None = None
+
+    def content(self) -> dict[str, str | None]:
+        return {
+            "generate_action": self.generate_action,
+            "extract": self.extract,
+            "flex_module_src": self.flex_module_src,
+        }
+
+    def canonical_bytes(self) -> bytes:
+        """The program's changes as canonical JSON: what a candidate's sha256 covers."""
+        return json.dumps(self.content(), sort_keys=True, separators=(",", ":")).encode()
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.canonical_bytes()).hexdigest()
+
+    def apply_extract(self, rlm: dspy.RLM) -> None:
+        """Put this program's extract instructions on ``rlm``."""
+        if self.extract is not None:
+            rlm.extract.signature = rlm.extract.signature.with_instructions(self.extract)
+
+
 MAX_SKILLS_CHARS = 8000
 
 
@@ -56,12 +97,15 @@ def skills_instructions(skills: Sequence[tuple[str, str]], *, max_chars: int = M
     )
 
 
-def task_signature(skills: Sequence[tuple[str, str]] = ()) -> type[dspy.Signature]:
-    """:class:`FleetTask`, with the installed skills listed after its instructions when there are any."""
+def task_signature(skills: Sequence[tuple[str, str]] = (), instructions: str | None = None) -> type[dspy.Signature]:
+    """:class:`FleetTask` (with ``instructions`` instead of its own when given), with the installed skills
+    listed after its instructions when there are any."""
+    base = FleetTask.instructions if instructions is None else instructions
     listing = skills_instructions(skills)
-    if not listing:
+    if not listing and instructions is None:
         return FleetTask
-    return FleetTask.with_instructions(f"{FleetTask.instructions}\n\n{listing}")  # type: ignore[no-any-return]
+    text = f"{base}\n\n{listing}" if listing else base
+    return FleetTask.with_instructions(text)  # type: ignore[no-any-return]
 
 
 class FleetRLM(dspy.RLM):  # type: ignore[misc]
@@ -83,12 +127,15 @@ def build_rlm(
     guard: LoopGuard | None = None,
     on_extract: Callable[[], None] | None = None,
     skills: Sequence[tuple[str, str]] = (),
+    program: ProgramSpec | None = None,
 ) -> FleetRLM:
     """Fleet's ``dspy.RLM``. With ``guard``, its extract step refuses to answer when no code ever
     ran successfully, and calls ``on_extract`` before it answers from the work so far. ``skills``
-    (name, description) are listed in the instructions."""
+    (name, description) are listed in the instructions; ``program`` (the served one) may replace the
+    task and extract instructions."""
+    program = program or ProgramSpec()
     rlm = FleetRLM(
-        task_signature(skills),
+        task_signature(skills, program.generate_action),
         max_iters=max_iterations,
         # Fleet's own budget counts root and sub-model calls on one counter and fires first.
         max_llm_calls=max_model_calls,
@@ -97,6 +144,7 @@ def build_rlm(
         interpreter_factory=interpreter_factory,
         tools=tools,
     )
+    program.apply_extract(rlm)
     if guard is not None:
         rlm.extract = GuardedExtract(rlm.extract.signature, guard, on_extract)
     return rlm

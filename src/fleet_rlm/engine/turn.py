@@ -37,7 +37,7 @@ from fleet_rlm.engine.memory import ProposeMemory, memory_tools
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.modes.select import RouteRefused, run_route, select_route
 from fleet_rlm.engine.observe import TurnObserver, TurnTrace, observed_sandboxes
-from fleet_rlm.engine.program import render_context
+from fleet_rlm.engine.program import ProgramSpec, render_context
 from fleet_rlm.engine.skills import TurnSkills
 from fleet_rlm.protocol.events import SCHEMA_VERSION, EventSink, new_id
 from fleet_rlm.protocol.payloads import (
@@ -88,6 +88,8 @@ class TurnRequest:
     """The approved memory as ``memory/MEMORIES.md`` holds it, shown with the history; None: none."""
     propose_memory: ProposeMemory | None = None
     """Where ``remember`` proposals go; None: the turn gets no ``remember`` tool."""
+    program: ProgramSpec = field(default_factory=ProgramSpec)
+    """The program to run: Fleet's built-in one unless an optimized one was approved."""
 
 
 @dataclass
@@ -257,6 +259,7 @@ class Turn:
             + self._memory_tools(),
             has_files=bool(self.request.context_paths) or any(self.workspace.files_dir.iterdir()),
             skills=skills.listing,
+            program=self.request.program,
         )
         self.trace.warn_skipped(self.tree)
         try:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Responder = Callable[[dict[str, Any]], str]
+Responder = Callable[[dict[str, Any]], "str | Reply"]
+"""Answers a request from its content: the reply's text, or a whole :class:`Reply`."""
 
 
 @dataclass
@@ -103,7 +104,8 @@ class ScriptedModel:
             return Reply(status=500, text=f"scripted model has no reply left for model {model!r}")
         if isinstance(item, Reply):
             return item
-        return Reply(text=item(request))
+        answer = item(request)
+        return answer if isinstance(answer, Reply) else Reply(text=answer)
 
     def requests_for(self, model: str) -> list[dict[str, Any]]:
         with self.lock:

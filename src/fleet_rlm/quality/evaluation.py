@@ -20,10 +20,12 @@ import dspy
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.budget import one_line
 from fleet_rlm.engine.identity import program_identity
+from fleet_rlm.engine.program import ProgramSpec
 from fleet_rlm.protocol.events import new_id
 from fleet_rlm.quality.labels import expectations_of
 from fleet_rlm.quality.metric import FleetMetric, build_fleet_metric, usage_measured
 from fleet_rlm.quality.replay import ReplayResult, ReplayUnavailable, replay
+from fleet_rlm.service.programs import served_program
 from fleet_rlm.service.replays import ReplaySnapshot
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.store import LabelRecord
@@ -105,13 +107,18 @@ def example_of(label: LabelRecord, snapshot: ReplaySnapshot) -> dspy.Example:
 
 
 async def score_label(
-    service: FleetService, label: LabelRecord, metric: FleetMetric, settings: Settings | None = None
+    service: FleetService,
+    label: LabelRecord,
+    metric: FleetMetric,
+    settings: Settings | None = None,
+    *,
+    program: ProgramSpec | None = None,
 ) -> EvalRow:
-    """Replay one labeled turn and score it."""
+    """Replay one labeled turn (with ``program``, the serving one by default) and score it."""
     snapshot = ReplaySnapshot.model_validate((await service.store.get_replay(label.turn_id)).snapshot)
     row = EvalRow(label.id, label.turn_id, label.group, label.critical, 0.0, "", "failed")
     try:
-        result = await replay(service, snapshot, settings=settings)
+        result = await replay(service, snapshot, settings=settings, program=program)
     except Exception as exc:
         row.error = one_line(exc, with_type=not isinstance(exc, ReplayUnavailable))
         row.feedback = f"Failed: the replay could not run ({row.error})."
@@ -162,7 +169,7 @@ async def run_eval(
         run_id=new_id("eval"),
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         rows=list(rows),
-        program=program_identity(),
+        program=program_identity(await served_program(service.store)),
     )
 
 

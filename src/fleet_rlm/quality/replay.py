@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet_rlm.config import Settings
+from fleet_rlm.engine.program import ProgramSpec
 from fleet_rlm.engine.turn import TurnOutcome, build_turn
 from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.service.memory import MEMORY_FILE
+from fleet_rlm.service.programs import served_program
 from fleet_rlm.service.replays import ReplaySnapshot
 from fleet_rlm.service.service import FleetService
 
@@ -53,9 +55,17 @@ class ReplayResult:
         return self.outcome.unverified_reason
 
 
-async def replay(service: FleetService, snapshot: ReplaySnapshot, *, settings: Settings | None = None) -> ReplayResult:
-    """Run ``snapshot`` again with ``settings`` (the service's, with the turn's overrides, by default)."""
+async def replay(
+    service: FleetService,
+    snapshot: ReplaySnapshot,
+    *,
+    settings: Settings | None = None,
+    program: ProgramSpec | None = None,
+) -> ReplayResult:
+    """Run ``snapshot`` again with ``settings`` (the service's, with the turn's overrides, by default)
+    and ``program`` (the one serving now by default)."""
     settings = snapshot.settings_for(settings or service.settings)
+    program = program or await served_program(service.store)
     for item in snapshot.files:
         if not service.blobs.path(snapshot.session_id, item.sha256).is_file():
             raise ReplayUnavailable(f"input file {item.path} (sha256 {item.sha256[:12]}…) is no longer stored")
@@ -69,6 +79,7 @@ async def replay(service: FleetService, snapshot: ReplaySnapshot, *, settings: S
         if snapshot.memory is not None:
             await asyncio.to_thread(lease.files.push, io.BytesIO(snapshot.memory.encode()), MEMORY_FILE)
         request = snapshot.request(lease.workspace.root, replay_id)
+        request.program = program
         outcome = await build_turn(settings, request, events.append, backend=lease.backend).run()
         artifacts = await asyncio.to_thread(_read_artifacts, lease.workspace.tree, outcome)
     finally:

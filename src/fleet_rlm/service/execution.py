@@ -1,7 +1,9 @@
 """One turn run by the server, from ``queued`` to its committed end.
 
 Steps: take a sandbox from the pool, copy the session's files and the approved memory
-(``memory/MEMORIES.md``) into its workspace, mark the turn running, run the engine's turn (its
+(``memory/MEMORIES.md``) into its workspace, mark the turn running with the version of the program
+it is served (the newest approved optimization, or the built-in program), keep its replay snapshot
+when ``capture_replays`` is on, run the engine's turn (its
 events go live to followers and are stored in batches; its ``remember`` proposals are stored as it
 makes them), then in one transaction commit the status, answer, usage, the last events with the
 terminal one, and (only when the turn completed) the artifacts it wrote. Failed or cancelled turns leave
@@ -34,6 +36,7 @@ from fleet_rlm.service.channel import TurnChannel
 from fleet_rlm.service.files import SessionFiles
 from fleet_rlm.service.memory import MEMORY_FILE, MemoryBook
 from fleet_rlm.service.pool import Lease, SandboxPool
+from fleet_rlm.service.programs import served_program
 from fleet_rlm.service.replays import capture
 from fleet_rlm.service.storable import make_storable
 from fleet_rlm.service.writer import EventJournal
@@ -160,7 +163,8 @@ class TurnExecution:
         if memory is not None:
             await asyncio.to_thread(self.lease.files.push, io.BytesIO(memory.encode()), MEMORY_FILE)
         history = await self.store.history(plan.session.id, before_position=plan.turn.position)
-        if self.cancel_requested or not await self.store.mark_running(self.turn_id):
+        program = await served_program(self.store)
+        if self.cancel_requested or not await self.store.mark_running(self.turn_id, program_version=program.version):
             return self._stopped_outcome(), None
         options = plan.turn.options
         request = TurnRequest(
@@ -175,6 +179,7 @@ class TurnExecution:
             turn_timeout=options.get("turn_timeout"),
             memory=memory,
             propose_memory=self.memory.proposals_for(plan.session.id, self.turn_id, self.loop),
+            program=program,
         )
         if plan.settings.quality.capture_replays:
             await self._capture(request, [r for r in records if r.path in placed])

@@ -112,7 +112,7 @@ def capture(
             "turn_timeout": request.turn_timeout or budget.turn_timeout,
         },
         overrides={k: v for k, v in overrides.items() if k in SESSION_SETTING_KEYS and k != "capture_replays"},
-        program=program_identity(),
+        program=program_identity(request.program),
         config=config_identity(settings),
         dependencies=dependency_identity(),
     )

@@ -1,17 +1,18 @@
-"""Evaluation data: the replay snapshots of captured turns, and the labels maintainers give them."""
+"""Evaluation data: the replay snapshots of captured turns, the labels maintainers give them, and the
+programs optimization runs produce (candidates, the approved one that serves, retired ones)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from fleet_rlm.protocol.events import new_id
 from fleet_rlm.store.base import StoreBase
 from fleet_rlm.store.errors import Conflict, NotFound
-from fleet_rlm.store.records import LabelRecord, ReplayRecord
-from fleet_rlm.store.tables import LabelRow, ReplayRow, utcnow
+from fleet_rlm.store.records import LabelRecord, ProgramRecord, ReplayRecord
+from fleet_rlm.store.tables import LabelRow, ProgramRow, ReplayRow, utcnow
 
 LABEL_ID_PREFIX = "lbl"
 
@@ -96,6 +97,98 @@ class EvalQueries(StoreBase):
             record = LabelRecord.of(row)
             await session.delete(row)
         return record
+
+    # Programs -------------------------------------------------------------------------------------
+
+    async def next_program_version(self) -> str:
+        async with self.db.read() as session:
+            count = await session.scalar(select(func.count()).select_from(ProgramRow))
+        return f"v{(count or 0) + 1}"
+
+    async def add_program(self, version: str, content: str, sha256: str, report: dict[str, Any]) -> ProgramRecord:
+        """Save an optimization's candidate, inactive."""
+        row = ProgramRow(
+            version=version, status="candidate", content=content, sha256=sha256, report=report, created_at=utcnow()
+        )
+        try:
+            async with self.db.write() as session:
+                session.add(row)
+        except IntegrityError as exc:
+            raise Conflict(f"program {version} exists already", code="program_exists") from exc
+        return ProgramRecord.of(row)
+
+    async def get_program(self, version: str) -> ProgramRecord:
+        async with self.db.read() as session:
+            row = await session.get(ProgramRow, version)
+            if row is None:
+                raise NotFound("program", version)
+            return ProgramRecord.of(row)
+
+    async def list_programs(self) -> list[ProgramRecord]:
+        """Every program, oldest first."""
+        query = select(ProgramRow).order_by(ProgramRow.created_at, ProgramRow.version)
+        async with self.db.read() as session:
+            return [ProgramRecord.of(row) for row in (await session.execute(query)).scalars()]
+
+    async def active_program(self) -> ProgramRecord | None:
+        """The program that serves: the most recently approved one not rolled back; None: the built-in one."""
+        query = (
+            select(ProgramRow)
+            .where(ProgramRow.status == "approved")
+            .order_by(ProgramRow.approved_at.desc(), ProgramRow.version.desc())
+            .limit(1)
+        )
+        async with self.db.read() as session:
+            row = (await session.execute(query)).scalar_one_or_none()
+            return None if row is None else ProgramRecord.of(row)
+
+    async def approve_program(self, version: str, *, incumbent: str | None) -> ProgramRecord:
+        """Make candidate ``version`` the serving program, if ``incumbent`` (a version, None: the built-in
+        program) still serves; the check and the change are one transaction."""
+        async with self.db.write() as session:
+            row = await session.get(ProgramRow, version, with_for_update=True)
+            if row is None:
+                raise NotFound("program", version)
+            if row.status != "candidate":
+                raise Conflict(f"program {version} is {row.status}, not a candidate", code="program_not_candidate")
+            serving = (
+                await session.execute(
+                    select(ProgramRow.version)
+                    .where(ProgramRow.status == "approved")
+                    .order_by(ProgramRow.approved_at.desc(), ProgramRow.version.desc())
+                    .limit(1)
+                )
+            ).scalar_one_or_none()
+            if serving != incumbent:
+                raise Conflict(
+                    f"program {serving or 'builtin'} serves now, not {incumbent or 'builtin'} as when {version} was "
+                    "evaluated: run fleet optimize again to re-evaluate",
+                    code="stale_evidence",
+                )
+            row.status = "approved"
+            row.approved_at = utcnow()
+        return ProgramRecord.of(row)
+
+    async def retire_active_program(self) -> ProgramRecord:
+        """Roll back: the serving program is retired, and the one approved before it (or the built-in
+        program) serves again."""
+        async with self.db.write() as session:
+            row = (
+                await session.execute(
+                    select(ProgramRow)
+                    .where(ProgramRow.status == "approved")
+                    .order_by(ProgramRow.approved_at.desc(), ProgramRow.version.desc())
+                    .limit(1)
+                    .with_for_update()
+                )
+            ).scalar_one_or_none()
+            if row is None:
+                raise Conflict(
+                    "the built-in program serves; there is nothing to roll back", code="nothing_to_roll_back"
+                )
+            row.status = "retired"
+            row.retired_at = utcnow()
+        return ProgramRecord.of(row)
 
 
 async def _label_row(session: Any, ref: str) -> LabelRow:

@@ -76,6 +76,8 @@ class TurnRecord(RowView):
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     idempotency_key: str | None = None
     runner: str | None = None
+    program_version: str | None = None
+    """The version of the program the turn ran; None before it started."""
     created_at: dt.datetime | None = None
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
@@ -150,3 +152,17 @@ class LabelRecord(RowView):
     critical: bool = False
     benchmark: bool = False
     created_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class ProgramRecord(RowView):
+    """An optimized program: ``candidate``, ``approved`` (the newest approved one serves) or ``retired``."""
+
+    version: str
+    status: str
+    content: str
+    sha256: str
+    report: dict[str, Any] = field(default_factory=dict)
+    created_at: dt.datetime | None = None
+    approved_at: dt.datetime | None = None
+    retired_at: dt.datetime | None = None

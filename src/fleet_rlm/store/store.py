@@ -233,13 +233,14 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries):
         async with self.db.read() as session:
             return [TurnRecord.of(row) for row in (await session.execute(query)).scalars()]
 
-    async def mark_running(self, turn_id: str) -> bool:
-        """queued -> running; False when the turn is no longer queued (cancelled meanwhile)."""
+    async def mark_running(self, turn_id: str, *, program_version: str | None = None) -> bool:
+        """queued -> running, recording the program version it runs; False when the turn is no longer
+        queued (cancelled meanwhile)."""
         async with self.db.write() as session:
             result = await session.execute(
                 update(TurnRow)
                 .where(TurnRow.id == turn_id, TurnRow.status == TurnStatus.QUEUED)
-                .values(status=TurnStatus.RUNNING, started_at=utcnow())
+                .values(status=TurnStatus.RUNNING, started_at=utcnow(), program_version=program_version)
             )
             return bool(result.rowcount)  # type: ignore[attr-defined]
 

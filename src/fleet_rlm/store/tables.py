@@ -132,6 +132,8 @@ class TurnRow(Base):
     artifacts: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     runner: Mapped[str | None] = mapped_column(String(200))
+    program_version: Mapped[str | None] = mapped_column(String(40))
+    """The version of the program the turn ran (``builtin``, or an approved optimization's)."""
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
@@ -214,3 +216,20 @@ class LabelRow(Base):
     critical: Mapped[bool] = mapped_column(Boolean, default=False)
     benchmark: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ProgramRow(Base):
+    """A program an optimization run produced: a ``candidate`` (inactive) until approved, then
+    ``approved`` (the newest approved one serves), ``retired`` once rolled back. ``content`` is the
+    program's canonical JSON, whose sha256 the run's report recorded."""
+
+    __tablename__ = "programs"
+
+    version: Mapped[str] = mapped_column(String(40), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    report: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    approved_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    retired_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())

@@ -28,19 +28,19 @@ T = TypeVar("T")
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def _fail(message: str, code: int = 1) -> typer.Exit:
+def fail(message: str, code: int = 1) -> typer.Exit:
     print(f"fleet: error: {message}", file=sys.stderr)
     return typer.Exit(code)
 
 
-def _local(action: Callable[[FleetService], Awaitable[T]], *, run_turns: bool = False) -> T:
+def local(action: Callable[[FleetService], Awaitable[T]], *, run_turns: bool = False) -> T:
     from fleet_rlm.service.service import FleetService
     from fleet_rlm.store import StoreError
 
     try:
         service = FleetService(load_settings())
     except ConfigError as exc:
-        raise _fail(str(exc), 2) from None
+        raise fail(str(exc), 2) from None
 
     async def run() -> T:
         await service.start(run_turns=run_turns)
@@ -52,9 +52,9 @@ def _local(action: Callable[[FleetService], Awaitable[T]], *, run_turns: bool = 
     try:
         return asyncio.run(run())
     except StoreError as exc:
-        raise _fail(exc.message) from None
+        raise fail(exc.message) from None
     except ConfigError as exc:
-        raise _fail(str(exc), 2) from None
+        raise fail(str(exc), 2) from None
 
 
 def label_json(label: LabelRecord) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def label(
         )
         return label_json(record)
 
-    created = _local(action)
+    created = local(action)
     print(f"labeled {created['turn_id']} as {created['id']} (group {created['group']})")
 
 
@@ -116,7 +116,7 @@ def list_labels(
         session_id = (await service.get_session(session)).id if session else None
         return [label_json(r) for r in await service.store.list_labels(session_id=session_id)]
 
-    rows = _local(action)
+    rows = local(action)
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -141,7 +141,7 @@ def remove_label(label_ref: Annotated[str, typer.Argument(help="Label id, or the
     async def action(service: FleetService) -> str:
         return (await service.store.delete_label(label_ref)).id
 
-    print(f"removed {_local(action)}")
+    print(f"removed {local(action)}")
 
 
 @app.command("run")
@@ -162,7 +162,7 @@ def run_eval(
         session_id = (await service.get_session(session)).id if session else None
         labels = await service.store.list_labels(session_id=session_id, groups=list(label_set or []))
         if not labels:
-            raise _fail("no labels to evaluate: label captured turns with 'fleet eval label'")
+            raise fail("no labels to evaluate: label captured turns with 'fleet eval label'")
         with Progress(
             TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
         ) as progress:
@@ -172,7 +172,7 @@ def run_eval(
             )
         return report, report.write(reports_dir(service.settings, report.run_id))
 
-    report, (json_path, md_path) = _local(action, run_turns=True)
+    report, (json_path, md_path) = local(action, run_turns=True)
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
     else:

@@ -12,6 +12,7 @@ from fleet_rlm.engine.budget import TurnBudget
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM, program_context
 from fleet_rlm.engine.observe import TurnTrace
+from fleet_rlm.engine.program import ProgramSpec
 
 
 @dataclass
@@ -32,6 +33,8 @@ class RouteContext:
     """True when the turn names context paths or the workspace holds input files."""
     skills: tuple[tuple[str, str], ...] = ()
     """(name, description) of each skill installed under ``skills/``, for the model's instructions."""
+    program: ProgramSpec = field(default_factory=ProgramSpec)
+    """The program served: Fleet's built-in one unless an optimized one was approved."""
 
     def lm_context(self, *callbacks: Any) -> AbstractContextManager[None]:
         """The DSPy context every route runs its program in: metered root model, usage tracking."""

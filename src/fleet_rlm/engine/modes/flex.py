@@ -69,8 +69,9 @@ class FleetTaskModule(dspy.Module):
 """.strip()
 
 
-def run_flex(ctx: RouteContext, module_src: str = FLEX_MODULE) -> str:
-    """Answer with ``dspy.Flex`` running ``module_src`` (Fleet's starting module unless given)."""
+def run_flex(ctx: RouteContext, module_src: str | None = None) -> str:
+    """Answer with ``dspy.Flex`` running ``module_src`` (the served program's module unless given)."""
+    module_src = module_src or ctx.program.flex_module_src or FLEX_MODULE
     flex = build_flex(ctx)
     flex.load_state({"module_src": module_src})
     # The module source is the code this route runs: show it like any other code.

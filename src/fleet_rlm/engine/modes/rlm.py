@@ -25,6 +25,7 @@ def run_rlm(ctx: RouteContext) -> str:
         guard=ctx.trace.guard,
         on_extract=ctx.trace.mark_extracted,
         skills=ctx.skills,
+        program=ctx.program,
     )
     callbacks = RLMCallbacks(ctx.trace, rlm.generate_action, rlm.extract)
     with ctx.lm_context(callbacks):

@@ -1,4 +1,5 @@
-"""Evaluation: replay snapshots of turns and their labels.
+"""Evaluation and optimization: replay snapshots of turns, their labels, optimized programs, and the
+program version each turn ran.
 
 Revision ID: 0004_eval
 Revises: 0003
@@ -17,6 +18,19 @@ depends_on = None
 
 
 def upgrade() -> None:
+    op.add_column("turns", sa.Column("program_version", sa.String(40), nullable=True))
+    op.create_table(
+        "programs",
+        sa.Column("version", sa.String(40), nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("content", sa.Text(), nullable=False),
+        sa.Column("sha256", sa.String(64), nullable=False),
+        sa.Column("report", sa.JSON(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("approved_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("retired_at", sa.DateTime(timezone=True), nullable=True),
+        sa.PrimaryKeyConstraint("version", name="pk_programs"),
+    )
     op.create_table(
         "turn_replays",
         sa.Column("turn_id", sa.String(40), nullable=False),
@@ -53,6 +67,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("programs")
+    with op.batch_alter_table("turns") as batch:
+        batch.drop_column("program_version")
     op.drop_index("ix_eval_labels_session_id", table_name="eval_labels")
     op.drop_table("eval_labels")
     op.drop_index("ix_turn_replays_session_id", table_name="turn_replays")
