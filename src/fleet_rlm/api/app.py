@@ -21,10 +21,11 @@ from fleet_rlm.api.errors import install_error_handlers
 from fleet_rlm.api.hosts import HostCheckMiddleware
 from fleet_rlm.api.methods import MethodTable
 from fleet_rlm.api.origins import OriginCheckMiddleware
-from fleet_rlm.api.routes import files, health, memory, sessions, turns
+from fleet_rlm.api.routes import files, health, memory, quality, sessions, turns
 from fleet_rlm.api.text import refuse_nul_in_path
 from fleet_rlm.api.tickets import TicketBook
 from fleet_rlm.config import Settings
+from fleet_rlm.quality.runs import QualityRuns
 from fleet_rlm.service.service import FleetService
 
 API_PREFIX = "/api/v1"
@@ -36,12 +37,15 @@ def create_app(settings: Settings, service: FleetService | None = None) -> FastA
     server = settings.server
     token = server.api_token.get_secret_value() if server.api_token else None
 
+    runs = QualityRuns(fleet)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await fleet.start()
         try:
             yield
         finally:
+            await runs.close()
             await fleet.stop()
 
     app = FastAPI(
@@ -59,13 +63,14 @@ def create_app(settings: Settings, service: FleetService | None = None) -> FastA
         ],
     )
     app.state.service = fleet
+    app.state.quality_runs = runs
     app.state.api_token = token
     app.state.tickets = TicketBook(token)
     access_log.install(token)
     install_error_handlers(app)
     contract.install(app)
     api = APIRouter(prefix=API_PREFIX, dependencies=[Depends(require_token), Depends(refuse_nul_in_path)])
-    routers = [module.router for module in (health, sessions, files, turns, memory, docs)]
+    routers = [module.router for module in (health, sessions, files, turns, memory, quality, docs)]
     for router in routers:
         api.include_router(router)
     app.include_router(api)

@@ -51,6 +51,16 @@ _STATUS_OF_CODE = {
     "invalid_request": 422,
     "invalid_memory_text": 422,
     "archive_too_large": 413,
+    "turn_not_captured": 422,
+    "invalid_expectations": 422,
+    "invalid_label": 422,
+    "turn_active": 409,
+    "no_labels": 422,
+    "invalid_budget": 422,
+    "dataset_min_examples": 422,
+    "dataset_min_groups": 422,
+    "dataset_split": 422,
+    "gate_failed": 409,
 }
 _HTTP_CODES = {
     400: "malformed_body",

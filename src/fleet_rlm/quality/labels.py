@@ -32,6 +32,18 @@ def load_expectations(text: str, *, where: str = "expectations") -> Expectations
         raise Invalid(f"{where}: {key}: {first['msg']}", code="invalid_expectations") from exc
 
 
+def expectations_from(data: dict[str, Any] | None) -> Expectations | None:
+    """Expectations given as a JSON object (the API's body); Invalid names the field that is wrong."""
+    if data is None:
+        return None
+    try:
+        return Expectations.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "expectations"
+        raise Invalid(f"expectations: {key}: {first['msg']}", code="invalid_expectations") from exc
+
+
 def read_expectations_file(path: Path) -> Expectations:
     if not path.is_file():
         raise Invalid(f"--expectations-file {path}: no such file", code="invalid_expectations")

@@ -50,7 +50,7 @@ class Optimization:
         return bool(self.program.report["gate"]["passed"])
 
 
-def _budget(gepa_budget: str | None, max_metric_calls: int | None) -> dict[str, Any]:
+def check_budget(gepa_budget: str | None, max_metric_calls: int | None) -> dict[str, Any]:
     if (gepa_budget is None) == (max_metric_calls is None):
         raise Invalid("give exactly one of --gepa-budget and --max-metric-calls", code="invalid_budget")
     if gepa_budget is not None and gepa_budget not in GEPA_BUDGETS:
@@ -80,7 +80,7 @@ async def optimize(
     metric: FleetMetric | None = None,
 ) -> Optimization:
     """One optimization run; raises Invalid (a dataset rule, a bad budget) before any model call."""
-    budget = _budget(gepa_budget, max_metric_calls)
+    budget = check_budget(gepa_budget, max_metric_calls)
     settings = service.settings
     session_id = (await service.get_session(session)).id if session else None
     split = split_dataset(await service.store.list_labels(session_id=session_id))
