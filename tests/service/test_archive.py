@@ -189,3 +189,16 @@ async def test_archived_memory_is_checked_like_a_turns_proposal(
         await service.import_session(_archive({"manifest.json": json.dumps(manifest).encode()}))
     assert refused.value.code == "invalid_archive" and says in refused.value.message, refused.value.message
     assert await service.store.list_sessions() == [] and await service.memory.entries() == []
+
+
+async def test_an_archived_program_version_must_be_a_version_name(service: FleetService) -> None:
+    for hostile in ("x" * 41, "../v1", 7, {"v": 1}):
+        manifest = json.loads(_manifest())
+        manifest["turns"][0]["program_version"] = hostile
+        with pytest.raises(Invalid, match="program_version must be a version name") as refused:
+            await service.import_session(_archive({"manifest.json": json.dumps(manifest).encode()}), name="bad")
+        assert refused.value.code == "invalid_archive"
+    manifest = json.loads(_manifest())
+    manifest["turns"][0]["program_version"] = "v3"
+    session = await service.import_session(_archive({"manifest.json": json.dumps(manifest).encode()}), name="ok")
+    assert [t.program_version for t in await service.list_turns(session.id)] == ["v3"]

@@ -110,6 +110,7 @@ async def export_session(store: Store, blobs: BlobStore, ref: str, destination: 
                 "error": t.error,
                 "usage": t.usage,
                 "artifacts": t.artifacts,
+                "program_version": t.program_version,
                 "created_at": _time(t.created_at),
                 "started_at": _time(t.started_at),
                 "finished_at": _time(t.finished_at),
@@ -358,6 +359,7 @@ def _turns(read: _Read) -> tuple[list[TurnRecord], list[tuple[str, Path]]]:
                 error=_text_or_none(raw.get("error")),
                 usage=dict(raw.get("usage") or {}),
                 artifacts=artifacts,
+                program_version=_program_version(raw.get("program_version"), position),
                 created_at=_parse_time(raw.get("created_at")),
                 started_at=_parse_time(raw.get("started_at")),
                 finished_at=_parse_time(raw.get("finished_at")),
@@ -366,6 +368,15 @@ def _turns(read: _Read) -> tuple[list[TurnRecord], list[tuple[str, Path]]]:
         if position in read.events:
             spools.append((turn_id, read.events[position]))
     return turns, spools
+
+
+def _program_version(value: Any, position: int) -> str | None:
+    """The version of the program a turn ran (``builtin``, ``v3``), as the turns table holds it."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,40}", value):
+        raise BadArchive(f"turn {position}: program_version must be a version name of at most 40 characters")
+    return value
 
 
 def _text_or_none(value: Any) -> str | None:
