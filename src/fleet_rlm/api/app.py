@@ -21,7 +21,7 @@ from fleet_rlm.api.errors import install_error_handlers
 from fleet_rlm.api.hosts import HostCheckMiddleware
 from fleet_rlm.api.methods import MethodTable
 from fleet_rlm.api.origins import OriginCheckMiddleware
-from fleet_rlm.api.routes import files, health, memory, sessions, turns
+from fleet_rlm.api.routes import compat, files, health, memory, sessions, turns
 from fleet_rlm.api.text import refuse_nul_in_path
 from fleet_rlm.api.tickets import TicketBook
 from fleet_rlm.config import Settings
@@ -69,5 +69,7 @@ def create_app(settings: Settings, service: FleetService | None = None) -> FastA
     for router in routers:
         api.include_router(router)
     app.include_router(api)
-    app.state.methods = MethodTable((route for router in routers for route in router.routes), API_PREFIX)
+    app.include_router(compat.router, dependencies=[Depends(require_token)])
+    served = [(API_PREFIX, route) for router in routers for route in router.routes]
+    app.state.methods = MethodTable([*served, *(("", route) for route in compat.router.routes)])
     return app

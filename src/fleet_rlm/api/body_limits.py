@@ -114,7 +114,7 @@ class BodyLimitMiddleware:
             waits_for_go_ahead = headers.get("expect", "").lower() == "100-continue"
             if int(declared) <= limit.size + DRAIN_BYTES and not waits_for_go_ahead:
                 await _drain(receive, more_body=True, up_to=int(declared))
-            await error_response(413, limit.code, limit.message, CLOSE)(scope, receive, send)
+            await error_response(413, limit.code, limit.message, CLOSE, path=scope["path"])(scope, receive, send)
             return
         received = 0
         started = False
@@ -139,4 +139,4 @@ class BodyLimitMiddleware:
         except BodyTooLarge:
             if started:
                 raise
-            await error_response(413, limit.code, limit.message, CLOSE)(scope, receive, send)
+            await error_response(413, limit.code, limit.message, CLOSE, path=scope["path"])(scope, receive, send)
