@@ -19,6 +19,7 @@ from fleet_rlm.api.auth import require_token
 from fleet_rlm.api.body_limits import BodyLimitMiddleware, route_limits
 from fleet_rlm.api.errors import install_error_handlers
 from fleet_rlm.api.hosts import HostCheckMiddleware
+from fleet_rlm.api.mcp_http import McpEndpoint
 from fleet_rlm.api.methods import MethodTable
 from fleet_rlm.api.origins import OriginCheckMiddleware
 from fleet_rlm.api.routes import compat, files, health, memory, sessions, turns
@@ -33,6 +34,7 @@ API_PREFIX = "/api/v1"
 def create_app(settings: Settings, service: FleetService | None = None) -> FastAPI:
     """The app; it starts the service (migrations, reconciliation, sandbox pool) on start-up."""
     fleet = service or FleetService(settings)
+    mcp = McpEndpoint(fleet)
     server = settings.server
     token = server.api_token.get_secret_value() if server.api_token else None
 
@@ -40,7 +42,8 @@ def create_app(settings: Settings, service: FleetService | None = None) -> FastA
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await fleet.start()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await fleet.stop()
 
@@ -70,6 +73,7 @@ def create_app(settings: Settings, service: FleetService | None = None) -> FastA
         api.include_router(router)
     app.include_router(api)
     app.include_router(compat.router, dependencies=[Depends(require_token)])
+    app.router.routes.append(mcp.route)
     served = [(API_PREFIX, route) for router in routers for route in router.routes]
     app.state.methods = MethodTable([*served, *(("", route) for route in compat.router.routes)])
     return app

@@ -405,6 +405,11 @@ class FleetService:
                 continue
             await asyncio.sleep(STORED_POLL_SECONDS)
 
+    async def stored_events(self, turn_id: str, *, limit: int) -> list[Event]:
+        """The turn's events stored so far, the first ``limit``, without following it; raises NotFound."""
+        await self.store.get_turn(turn_id)
+        return await self.store.events_after(turn_id, 0, limit=limit)
+
     def abandon_turn(self, turn_id: str) -> None:
         """Cancel the turn if this process still runs it (its caller went away); never waits, so a
         request being torn down can call it."""
