@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -216,3 +217,14 @@ def test_over_stdio_the_same_tools_and_a_cancelled_call(
     with guarded.http(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
         turns = http.get("/sessions/sales/turns").json()["items"]
         assert [t["answer"] for t in turns] == ["north 170, south 80"]
+
+
+def test_making_the_app_leaves_the_processes_logging_alone(tmp_path: Path) -> None:
+    """The SDK configures the root logger when its server is made; ``fleet serve``'s log stays Fleet's."""
+    from fleet_rlm.api.app import create_app
+    from fleet_rlm.config import Settings
+
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    create_app(Settings.model_validate({"home": tmp_path}))
+    assert (list(root.handlers), root.level) == before

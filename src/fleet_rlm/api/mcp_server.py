@@ -14,6 +14,7 @@ import asyncio
 import base64
 import binascii
 import io
+import logging
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -216,7 +217,13 @@ class FleetTools:
 
 def build_mcp_server(service: FleetService) -> MCPServer:
     tools = FleetTools(service)
+    # The SDK configures the root logger when a server is made (logging.basicConfig with a rich
+    # handler); Fleet's logging is set up by its commands, so it is put back as it was.
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     server: MCPServer = MCPServer(name="fleet-rlm", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    root.handlers[:] = handlers
+    root.setLevel(level)
     server.tool()(tools.run_task)
     server.tool()(tools.list_sessions)
     server.tool()(tools.read_file)
