@@ -11,6 +11,10 @@ _.model_config
 _.next_offset  # api.schemas: paging cursors returned to clients
 _.next_after
 _.expires_at
+_.owned_by  # api.compat_schemas: OpenAI's response fields, read by OpenAI clients
+_.total_tokens
+_.reasoning_content
+_.finish_reason
 _.settings_customise_sources
 file_secret_settings  # parameters settings_customise_sources must accept
 env_settings

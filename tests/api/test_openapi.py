@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 
+import httpx
+
 from fleet_rlm.api.openapi import DOCUMENT, openapi_document
 
 from .server import RunningServer
@@ -15,8 +17,10 @@ def test_committed_openapi_document_matches_the_code() -> None:
 
 
 def test_every_route_is_under_api_v1_and_documents_its_errors() -> None:
+    """Fleet's own API is under /api/v1; the OpenAI-compatible one under /v1, where OpenAI clients look."""
     document = openapi_document()
-    assert all(path.startswith("/api/v1/") for path in document["paths"])
+    assert all(path.startswith("/api/v1/") for path in document["paths"] if not path.startswith("/v1/"))
+    assert {path for path in document["paths"] if path.startswith("/v1/")} == {"/v1/models", "/v1/chat/completions"}
     for path in ("/api/v1/sessions/{session}", "/api/v1/turns/{turn_id}", "/api/v1/turns/{turn_id}/events"):
         operations = document["paths"][path]
         assert any("404" in op["responses"] for op in operations.values()), path
@@ -38,14 +42,16 @@ def test_every_operation_documents_the_shared_rules() -> None:
 
 
 def test_errors_are_documented_as_the_body_the_server_sends() -> None:
+    """``{"code", "message"}``, or OpenAI's shape on the OpenAI-compatible routes."""
     document = openapi_document()
     assert "HTTPValidationError" not in document["components"]["schemas"]
     for path, operations in document["paths"].items():
+        body = "OpenAIErrorBody" if path.startswith("/v1/") else "ErrorBody"
         for method, operation in operations.items():
             for status, response in operation["responses"].items():
-                if status.startswith("4") and "content" in response:
+                if (status.startswith("4") or status == "500") and "content" in response:
                     assert response["content"]["application/json"]["schema"] == {
-                        "$ref": "#/components/schemas/ErrorBody"
+                        "$ref": f"#/components/schemas/{body}"
                     }, (method, path, status)
             if "application/json" in operation.get("requestBody", {}).get("content", {}):
                 assert "malformed_json" in operation["responses"]["400"]["description"], (method, path)
@@ -64,9 +70,9 @@ def test_every_integer_parameter_has_a_documented_maximum() -> None:
 def test_options_answers_405_naming_exactly_the_documented_methods(api: RunningServer) -> None:
     """``Allow`` lists every method of the path, not only those of the first route that matched it."""
     examples = {"{session}": "s", "{path}": "files/a.txt", "{turn_id}": "turn_x"}
-    with api.http() as http:
+    with httpx.Client(base_url=api.base_url, timeout=30) as http:
         for template, operations in openapi_document()["paths"].items():
-            path = template.removeprefix("/api/v1")
+            path = template
             for name, value in examples.items():
                 path = path.replace(name, value)
             for method in ("OPTIONS", "PUT", "HEAD", "TRACE"):

@@ -19,9 +19,10 @@ from fleet_rlm.api.auth import require_token
 from fleet_rlm.api.body_limits import BodyLimitMiddleware, route_limits
 from fleet_rlm.api.errors import install_error_handlers
 from fleet_rlm.api.hosts import HostCheckMiddleware
+from fleet_rlm.api.mcp_http import McpEndpoint
 from fleet_rlm.api.methods import MethodTable
 from fleet_rlm.api.origins import OriginCheckMiddleware
-from fleet_rlm.api.routes import files, health, memory, quality, sessions, turns
+from fleet_rlm.api.routes import compat, files, health, memory, quality, sessions, turns
 from fleet_rlm.api.text import refuse_nul_in_path
 from fleet_rlm.api.tickets import TicketBook
 from fleet_rlm.config import Settings
@@ -34,6 +35,7 @@ API_PREFIX = "/api/v1"
 def create_app(settings: Settings, service: FleetService | None = None) -> FastAPI:
     """The app; it starts the service (migrations, reconciliation, sandbox pool) on start-up."""
     fleet = service or FleetService(settings)
+    mcp = McpEndpoint(fleet)
     server = settings.server
     token = server.api_token.get_secret_value() if server.api_token else None
 
@@ -43,7 +45,8 @@ def create_app(settings: Settings, service: FleetService | None = None) -> FastA
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await fleet.start()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await runs.close()
             await fleet.stop()
@@ -74,5 +77,8 @@ def create_app(settings: Settings, service: FleetService | None = None) -> FastA
     for router in routers:
         api.include_router(router)
     app.include_router(api)
-    app.state.methods = MethodTable((route for router in routers for route in router.routes), API_PREFIX)
+    app.include_router(compat.router, dependencies=[Depends(require_token)])
+    app.router.routes.append(mcp.route)
+    served = [(API_PREFIX, route) for router in routers for route in router.routes]
+    app.state.methods = MethodTable([*served, *(("", route) for route in compat.router.routes)])
     return app

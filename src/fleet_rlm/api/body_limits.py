@@ -54,6 +54,11 @@ class BodyTooLarge(HTTPException):
 LimitFor = Callable[[str, str], BodyLimit]
 
 
+def mcp_body_limit(server: ServerSettings) -> int:
+    """An MCP message may carry an upload (``upload_file``), base64-encoded: a third larger."""
+    return server.upload_limit_mb * MIB * 4 // 3 + MULTIPART_OVERHEAD
+
+
 def route_limits(server: ServerSettings, prefix: str) -> LimitFor:
     """The limit of each route: by method and path."""
     upload_mb, import_mb, json_kb = server.upload_limit_mb, server.import_limit_mb, server.json_body_limit_kb
@@ -72,6 +77,11 @@ def route_limits(server: ServerSettings, prefix: str) -> LimitFor:
         "body_too_large",
         f"the request body is larger than the limit of {json_kb} KiB (FLEET_JSON_BODY_LIMIT_KB)",
     )
+    mcp = BodyLimit(
+        mcp_body_limit(server),
+        "body_too_large",
+        f"the MCP message is larger than an upload of {upload_mb} MiB, base64-encoded (FLEET_UPLOAD_LIMIT_MB)",
+    )
     upload_path = re.compile(rf"{re.escape(prefix)}/sessions/[^/]+/files")
     import_path = f"{prefix}/sessions/import"
 
@@ -80,6 +90,8 @@ def route_limits(server: ServerSettings, prefix: str) -> LimitFor:
             return archive
         if method == "POST" and upload_path.fullmatch(path):
             return upload
+        if method == "POST" and path == "/mcp":
+            return mcp
         return body
 
     return limit_for
@@ -114,7 +126,7 @@ class BodyLimitMiddleware:
             waits_for_go_ahead = headers.get("expect", "").lower() == "100-continue"
             if int(declared) <= limit.size + DRAIN_BYTES and not waits_for_go_ahead:
                 await _drain(receive, more_body=True, up_to=int(declared))
-            await error_response(413, limit.code, limit.message, CLOSE)(scope, receive, send)
+            await error_response(413, limit.code, limit.message, CLOSE, path=scope["path"])(scope, receive, send)
             return
         received = 0
         started = False
@@ -139,4 +151,4 @@ class BodyLimitMiddleware:
         except BodyTooLarge:
             if started:
                 raise
-            await error_response(413, limit.code, limit.message, CLOSE)(scope, receive, send)
+            await error_response(413, limit.code, limit.message, CLOSE, path=scope["path"])(scope, receive, send)

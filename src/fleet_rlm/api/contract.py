@@ -8,7 +8,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from fleet_rlm.api.errors import CONNECTION_CLOSE
+from fleet_rlm.api.compat_schemas import add_chunk_schema
+from fleet_rlm.api.errors import CONNECTION_CLOSE, OPENAI_PREFIX
 from fleet_rlm.api.event_schemas import add_event_schemas
 
 ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
@@ -51,6 +52,14 @@ INVALID_REQUEST = _error(
     "invalid_request: a parameter or field is missing, of the wrong type, out of range or holds a NUL "
     "character (the message names it)"
 )
+OPENAI_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAIErrorBody"}}}
+"""The error body of the OpenAI-compatible routes (under ``/v1/``)."""
+
+
+def _in_openai_shape(response: dict[str, Any]) -> dict[str, Any]:
+    return {**response, "content": OPENAI_ERROR}
+
+
 FASTAPI_VALIDATION_SCHEMAS = ("HTTPValidationError", "ValidationError")
 """FastAPI's own 422 body, which this API never sends (its errors are ErrorBody)."""
 
@@ -73,18 +82,19 @@ def add_shared_rules(document: dict[str, Any]) -> dict[str, Any]:
         "description": "FLEET_API_TOKEN, when the server has one (then required everywhere)",
     }
     document["security"] = [{"bearer": []}, {}]
-    for operations in document["paths"].values():
+    for path, operations in document["paths"].items():
+        shaped = _in_openai_shape if path.startswith(OPENAI_PREFIX) else (lambda response: response)
         for method, operation in operations.items():
             responses = operation["responses"]
-            responses.setdefault("401", UNAUTHORIZED)
-            responses.setdefault("421", HOST_NOT_ALLOWED)
+            responses.setdefault("401", shaped(UNAUTHORIZED))
+            responses.setdefault("421", shaped(HOST_NOT_ALLOWED))
             if method in STATE_CHANGING:
-                responses.setdefault("403", ORIGIN_NOT_ALLOWED)
-            responses.setdefault("413", BODY_TOO_LARGE)
+                responses.setdefault("403", shaped(ORIGIN_NOT_ALLOWED))
+            responses.setdefault("413", shaped(BODY_TOO_LARGE))
             if _has_json_body(operation):
-                responses.setdefault("400", MALFORMED_JSON)
+                responses.setdefault("400", shaped(MALFORMED_JSON))
             if "422" in responses and _is_fastapi_validation_error(responses["422"]):
-                responses["422"] = INVALID_REQUEST
+                responses["422"] = shaped(INVALID_REQUEST)
     for name in FASTAPI_VALIDATION_SCHEMAS:
         document["components"].get("schemas", {}).pop(name, None)
     return document
@@ -95,7 +105,7 @@ def install(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            add_event_schemas(add_shared_rules(generate()))
+            add_chunk_schema(add_event_schemas(add_shared_rules(generate())))
         assert app.openapi_schema is not None
         return app.openapi_schema
 

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleet_rlm.store import Conflict, Invalid, NotFound, StoreError, TooLarge
@@ -32,6 +32,29 @@ class ErrorBody(BaseModel):
     message: str
 
 
+OPENAI_PREFIX = "/v1/"
+"""The OpenAI-compatible routes (:mod:`fleet_rlm.api.routes.compat`): their errors take OpenAI's shape."""
+_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 409: "conflict_error"}
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str = Field(description="invalid_request_error, authentication_error, not_found_error, server_error, ...")
+    param: str | None = Field(None, description="The request field that was wrong, when one was")
+    code: str = Field(description="Fleet's stable error code (model_not_found, session_not_found, ...)")
+
+
+class OpenAIErrorBody(BaseModel):
+    """OpenAI's error shape, which OpenAI clients and SDKs read."""
+
+    error: OpenAIErrorDetail
+
+
+def openai_error(status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:
+    kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
 class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
@@ -41,7 +64,12 @@ class ApiError(Exception):
         self.headers = headers
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, *, path: str = ""
+) -> JSONResponse:
+    """The error as JSON: ``{"code", "message"}``, or OpenAI's shape on the OpenAI-compatible ``path``s."""
+    if path.startswith(OPENAI_PREFIX):
+        return JSONResponse(openai_error(status, code, message), status_code=status, headers=headers)
     return JSONResponse({"code": code, "message": message}, status_code=status, headers=headers)
 
 
@@ -71,7 +99,7 @@ _HTTP_CODES = {
 }
 
 
-def _store_error(_: Request, exc: Exception) -> JSONResponse:
+def _store_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StoreError)
     if isinstance(exc, NotFound):
         status = 404
@@ -81,17 +109,18 @@ def _store_error(_: Request, exc: Exception) -> JSONResponse:
         status = _STATUS_OF_CODE.get(exc.code, 400)
     else:
         status = 500
-    return error_response(status, exc.code, exc.message)
+    return error_response(status, exc.code, exc.message, path=request.url.path)
 
 
-def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors: list[Any] = list(exc.errors())
     first = errors[0] if errors else {}
     if first.get("type") == "json_invalid":
-        return error_response(400, "malformed_json", f"the request body is not valid JSON: {first.get('msg', '')}")
+        message = f"the request body is not valid JSON: {first.get('msg', '')}"
+        return error_response(400, "malformed_json", message, path=request.url.path)
     where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "request"
-    return error_response(422, "invalid_request", f"{where}: {first.get('msg', 'invalid')}")
+    return error_response(422, "invalid_request", f"{where}: {first.get('msg', 'invalid')}", path=request.url.path)
 
 
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -101,21 +130,22 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     allowed = request.app.state.methods.allowed(request.scope["path"]) if exc.status_code == 405 else None
     if allowed is not None:
         headers["Allow"] = ", ".join(allowed)
-    return error_response(exc.status_code, code, str(exc.detail), headers or None)
+    return error_response(exc.status_code, code, str(exc.detail), headers or None, path=request.url.path)
 
 
-def _api_error(_: Request, exc: Exception) -> JSONResponse:
+def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message, exc.headers)
+    return error_response(exc.status, exc.code, exc.message, exc.headers, path=request.url.path)
 
 
-def _too_large(_: Request, exc: Exception) -> JSONResponse:
-    return error_response(413, "upload_too_large", f"the upload is {exc}")
+def _too_large(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(413, "upload_too_large", f"the upload is {exc}", path=request.url.path)
 
 
 def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(500, "internal_error", "the server failed to handle the request; see its log")
+    message = "the server failed to handle the request; see its log"
+    return error_response(500, "internal_error", message, path=request.url.path)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -69,6 +69,7 @@ class HostCheckMiddleware:
                 "host_not_allowed",
                 f"this server does not answer for the host {shown!r}; its operator lists the names it serves "
                 "in FLEET_ALLOWED_HOSTS",
+                path=scope["path"],
             )
             await response(scope, receive, send)
             return

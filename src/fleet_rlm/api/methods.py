@@ -24,9 +24,10 @@ class _PathItem:
 
 
 class MethodTable:
-    def __init__(self, routes: Iterable[BaseRoute], prefix: str) -> None:
+    def __init__(self, routes: Iterable[tuple[str, BaseRoute]]) -> None:
+        """``routes``: each route with the prefix it is served under."""
         methods: dict[str, set[str]] = {}
-        for route in routes:
+        for prefix, route in routes:
             if isinstance(route, APIRoute) and route.include_in_schema:
                 methods.setdefault(prefix + route.path, set()).update(route.methods or ())
         self._items: list[_PathItem] = []

@@ -90,6 +90,6 @@ class OriginCheckMiddleware:
             return
         reason = self._refused(scope["method"], Headers(scope=scope))
         if reason is not None:
-            await error_response(403, "origin_not_allowed", reason)(scope, receive, send)
+            await error_response(403, "origin_not_allowed", reason, path=scope["path"])(scope, receive, send)
             return
         await self.app(scope, receive, send)

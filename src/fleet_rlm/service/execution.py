@@ -56,6 +56,8 @@ class TurnPlan:
     turn: TurnRecord
     session: SessionRecord
     settings: Settings
+    history: list[tuple[str, str | None]] | None = None
+    """The conversation the submitter sent, in place of the session's stored turns; None: those."""
 
 
 class TurnExecution:
@@ -162,7 +164,11 @@ class TurnExecution:
         memory = await self.memory.context()
         if memory is not None:
             await asyncio.to_thread(self.lease.files.push, io.BytesIO(memory.encode()), MEMORY_FILE)
-        history = await self.store.history(plan.session.id, before_position=plan.turn.position)
+        if plan.history is not None:
+            history = [HistoryEntry(message=message, answer=answer) for message, answer in plan.history]
+        else:
+            stored = await self.store.history(plan.session.id, before_position=plan.turn.position)
+            history = [HistoryEntry(message=t.message, answer=t.answer) for t in stored]
         program = await served_program(self.store)
         if self.cancel_requested or not await self.store.mark_running(self.turn_id, program_version=program.version):
             return self._stopped_outcome(), None
@@ -171,7 +177,7 @@ class TurnExecution:
             task=plan.turn.message,
             workspace=workspace.root,
             turn_id=self.turn_id,
-            history=[HistoryEntry(message=t.message, answer=t.answer) for t in history],
+            history=history,
             context_paths=list(plan.turn.context_paths),
             mode=options.get("mode") or plan.settings.mode,
             max_iterations=options.get("max_iterations"),

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from fleet_rlm.config import Ceilings, Settings
 from fleet_rlm.protocol.events import Event
+from fleet_rlm.protocol.ids import is_session_id
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxUnavailable
 from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.service import archive
@@ -59,6 +60,9 @@ class TurnSubmission:
     max_iterations: int | None = None
     max_model_calls: int | None = None
     turn_timeout: float | None = None
+    history: list[tuple[str, str | None]] | None = None
+    """The conversation so far as (message, answer) pairs, oldest first, in place of the session's own
+    turns (an OpenAI-compatible call sends its conversation); None: the session's history. Not stored."""
 
     def options(self, ceilings: Ceilings) -> dict[str, Any]:
         values = {
@@ -100,6 +104,7 @@ class FleetService:
         self.reaped_at_start: list[dict[str, Any]] = []
         self._sandbox_ok_until = 0.0
         self._slots: asyncio.Semaphore | None = None
+        self._cleanups: set[asyncio.Task[None]] = set()
 
     @property
     def backend(self) -> SandboxBackend:
@@ -161,6 +166,8 @@ class FleetService:
         tasks = [e.task for e in executions if e.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_SECONDS)
+        if self._cleanups:
+            await asyncio.wait(list(self._cleanups), timeout=SHUTDOWN_GRACE_SECONDS)
         await self.journal.close()
         if self._pool is not None:
             await self._pool.close()
@@ -208,6 +215,19 @@ class FleetService:
     async def get_session(self, ref: str) -> SessionRecord:
         """The session with id or unique name ``ref``; raises NotFound."""
         return await self.store.get_session(ref)
+
+    async def open_session(self, ref: str) -> SessionRecord:
+        """The session with id or name ``ref``, created under that name when no session has it (an
+        unknown id is not created: NotFound)."""
+        try:
+            return await self.store.get_session(ref)
+        except NotFound:
+            if is_session_id(ref):
+                raise
+        try:
+            return await self.store.create_session(name=ref)
+        except Conflict:  # created meanwhile by another call
+            return await self.store.get_session(ref)
 
     async def list_sessions(self, *, limit: int = 50, offset: int = 0) -> list[SessionRecord]:
         """Sessions, most recently active first."""
@@ -311,7 +331,7 @@ class FleetService:
         )
         if created:
             settings = effective_settings(self.settings, {"mode": session.mode}, session.settings, options)
-            plan = TurnPlan(turn=turn, session=session, settings=settings)
+            plan = TurnPlan(turn=turn, session=session, settings=settings, history=submission.history)
             channel = self.channels.open(turn.id)
             execution = TurnExecution(
                 plan, self.store, self.files, self.pool, channel, self.journal, self.memory, self._running_slots()
@@ -384,6 +404,32 @@ class FleetService:
                     return
                 continue
             await asyncio.sleep(STORED_POLL_SECONDS)
+
+    async def stored_events(self, turn_id: str, *, limit: int) -> list[Event]:
+        """The turn's events stored so far, the first ``limit``, without following it; raises NotFound."""
+        await self.store.get_turn(turn_id)
+        return await self.store.events_after(turn_id, 0, limit=limit)
+
+    def abandon_turn(self, turn_id: str) -> None:
+        """Cancel the turn if this process still runs it (its caller went away); never waits, so a
+        request being torn down can call it."""
+        execution = self.executions.get(turn_id)
+        if execution is not None:
+            execution.cancel()
+
+    def delete_when_done(self, session_id: str, turn_id: str) -> None:
+        """Delete an ephemeral session once its turn has ended (in the background)."""
+
+        async def delete() -> None:
+            await self.wait_for_turn(turn_id)
+            try:
+                await self.delete_session(session_id)
+            except StoreError as exc:
+                log.warning("could not delete the ephemeral session %s: %s", session_id, exc)
+
+        task = asyncio.get_running_loop().create_task(delete(), name=f"delete-{session_id}")
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     async def wait_for_turn(self, turn_id: str) -> TurnRecord:
         """Block until the turn ends (tests and the CLI use this)."""

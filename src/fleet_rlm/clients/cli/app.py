@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from fleet_rlm.clients.cli import evaluate as eval_cli
+from fleet_rlm.clients.cli import mcp as mcp_cli
 from fleet_rlm.clients.cli import sandbox as sandbox_cli
 from fleet_rlm.clients.cli import serve as serve_cli
 from fleet_rlm.clients.cli import sessions as sessions_cli
@@ -165,6 +166,7 @@ def _print_check(console: Console, check: Check) -> None:
 
 
 app.command("serve")(serve_cli.serve_command)
+app.command("mcp")(mcp_cli.mcp_command)
 app.add_typer(sessions_cli.app, name="sessions")
 app.add_typer(skills_cli.app, name="skills")
 app.add_typer(sandbox_cli.app, name="sandbox")
