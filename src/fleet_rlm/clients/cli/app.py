@@ -14,6 +14,7 @@ from fleet_rlm.clients.cli import serve as serve_cli
 from fleet_rlm.clients.cli import sessions as sessions_cli
 from fleet_rlm.clients.cli import skills as skills_cli
 from fleet_rlm.clients.cli.chat import chat_command
+from fleet_rlm.clients.cli.web import web_command
 from fleet_rlm.config import ConfigError, load_settings, require_model
 
 if TYPE_CHECKING:
@@ -168,6 +169,7 @@ app.add_typer(skills_cli.app, name="skills")
 app.add_typer(sandbox_cli.app, name="sandbox")
 
 app.command("chat")(chat_command)
+app.command("web")(web_command)
 
 
 def main() -> None:

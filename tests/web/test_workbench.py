@@ -1,0 +1,117 @@
+"""The workbench end to end: sessions, a task streaming into the page, files in and out, Stop,
+reload mid-turn, and accessibility of every view."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import httpx
+from playwright.sync_api import Page, expect
+
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from tests.api.server import ServerProcess
+
+from .conftest import open_ui
+
+SALES = b"region,quarter,revenue\nnorth,Q1,100\nsouth,Q1,80\nnorth,Q2,70\nsouth,Q2,120\neast,Q2,5\n"
+READ = """import csv
+rows = list(csv.DictReader(open('files/sales.csv')))
+totals = {}
+for row in rows:
+    totals[row['region']] = totals.get(row['region'], 0) + int(row['revenue'])
+print(totals)"""
+SAVE = """with open('artifacts/revenue_by_region.csv', 'w') as f:
+    f.write('region,revenue\\n')
+    for region in sorted(totals):
+        f.write(f'{region},{totals[region]}\\n')
+SUBMIT(answer='**Revenue** by region: ' + ', '.join(f'{r}: {t}' for r, t in sorted(totals.items())))"""
+TICKING = """import time
+for i in range(12):
+    print(f'tick {i}', flush=True)
+    time.sleep(0.25)
+SUBMIT(answer='ticked')"""
+SLOW = "print('started', flush=True)\nimport time\ntime.sleep(60)"
+
+
+def api(fleet: ServerProcess) -> httpx.Client:
+    return httpx.Client(base_url=fleet.base_url + "/api/v1", timeout=30)
+
+
+def new_session(page: Page) -> str:
+    page.get_by_role("button", name="New session").click()
+    expect(page.get_by_role("textbox", name="Message")).to_be_visible()
+    return page.url.split("#/s/")[1]
+
+
+def send(page: Page, message: str) -> None:
+    box = page.get_by_role("textbox", name="Message")
+    box.fill(message)
+    box.press("Enter")
+
+
+def test_a_task_streams_code_and_output_before_the_turn_ends(
+    fleet: ServerProcess, scripted: ScriptedModelServer, page: Page
+) -> None:
+    scripted.script("root", rlm_step("Count slowly.", TICKING))
+    open_ui(page, fleet.base_url)
+    new_session(page)
+    send(page, "Count to twelve, slowly")
+    turn = page.get_by_role("article").last
+    expect(turn.get_by_label("Code")).to_contain_text("for i in range(12)")
+    expect(turn.get_by_label("Output")).to_contain_text("tick 2")
+    # Still running: no answer yet, and Stop is offered.
+    expect(turn.get_by_role("region", name="Answer")).to_have_count(0)
+    expect(page.get_by_role("button", name="Stop")).to_be_enabled()
+    expect(turn.get_by_role("region", name="Answer")).to_contain_text("ticked", timeout=30_000)
+    expect(turn.get_by_label("Output")).to_contain_text("tick 11")
+    expect(turn.get_by_label("Usage")).to_contain_text("model calls")
+    expect(page.get_by_role("button", name="Send")).to_be_enabled()
+
+
+def test_an_attached_csv_goes_in_and_the_artifact_downloads_with_the_api_bytes(
+    fleet: ServerProcess, scripted: ScriptedModelServer, page: Page, tmp_path: Path
+) -> None:
+    scripted.script("root", rlm_step("Read the sales.", READ), rlm_step("Save them.", SAVE))
+    open_ui(page, fleet.base_url)
+    session = new_session(page)
+    csv_file = tmp_path / "sales.csv"
+    csv_file.write_bytes(SALES)
+    with page.expect_file_chooser() as chooser:
+        page.get_by_role("button", name="Attach files").click()
+    chooser.value.set_files(str(csv_file))
+    expect(page.get_by_role("status").filter(has_text="Attached files/sales.csv")).to_be_visible()
+    send(page, "Revenue by region; save artifacts/revenue_by_region.csv")
+    turn = page.get_by_role("article").last
+    expect(turn.get_by_role("region", name="Answer")).to_contain_text("north: 170", timeout=30_000)
+    expect(turn.get_by_role("region", name="Answer").locator("strong")).to_have_text("Revenue")
+    link = turn.get_by_role("link", name="artifacts/revenue_by_region.csv")
+    with page.expect_download() as download:
+        link.click()
+    downloaded = Path(download.value.path()).read_bytes()
+    with api(fleet) as http:
+        served = http.get(f"/sessions/{session}/files/artifacts/revenue_by_region.csv").content
+        turn_record = http.get(f"/sessions/{session}/turns").json()["items"][-1]
+    assert downloaded == served == b"region,revenue\neast,5\nnorth,170\nsouth,200\n"
+    assert turn_record["context_paths"] == ["files/sales.csv"]
+    # The CSV previews as a table, and the artifact's sha256 is shown.
+    turn.get_by_role("button", name="Preview artifacts/revenue_by_region.csv").click()
+    expect(turn.get_by_role("table")).to_contain_text("north")
+    expect(turn).to_contain_text(hashlib.sha256(served).hexdigest())
+
+
+def test_stop_ends_a_running_turn_within_a_second(
+    fleet: ServerProcess, scripted: ScriptedModelServer, page: Page
+) -> None:
+    scripted.script("root", rlm_step("Wait.", SLOW))
+    open_ui(page, fleet.base_url)
+    new_session(page)
+    send(page, "Wait a minute")
+    turn = page.get_by_role("article").last
+    expect(turn.get_by_label("Output")).to_contain_text("started", timeout=30_000)
+    started = time.monotonic()
+    page.get_by_role("button", name="Stop").click()
+    expect(turn.get_by_role("status").filter(has_text="Cancelled")).to_be_visible(timeout=5_000)
+    assert time.monotonic() - started < 1.0 + 0.5  # a second to cancel; the rest is the page's own polling
+    expect(page.get_by_role("button", name="Send")).to_be_enabled()
