@@ -13,7 +13,7 @@ from playwright.sync_api import Page, expect
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from tests.api.server import ServerProcess
 
-from .conftest import open_ui
+from .conftest import no_serious_violations, open_ui
 
 SALES = b"region,quarter,revenue\nnorth,Q1,100\nsouth,Q1,80\nnorth,Q2,70\nsouth,Q2,120\neast,Q2,5\n"
 READ = """import csv
@@ -115,3 +115,87 @@ def test_stop_ends_a_running_turn_within_a_second(
     expect(turn.get_by_role("status").filter(has_text="Cancelled")).to_be_visible(timeout=5_000)
     assert time.monotonic() - started < 1.0 + 0.5  # a second to cancel; the rest is the page's own polling
     expect(page.get_by_role("button", name="Send")).to_be_enabled()
+
+
+def test_a_reload_mid_turn_shows_every_event_exactly_once(
+    fleet: ServerProcess, scripted: ScriptedModelServer, page: Page
+) -> None:
+    scripted.script("root", rlm_step("Count slowly.", TICKING))
+    open_ui(page, fleet.base_url)
+    session = new_session(page)
+    send(page, "Count to twelve, slowly")
+    expect(page.get_by_role("article").last.get_by_label("Output")).to_contain_text("tick 3", timeout=30_000)
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]")
+    assert f"#/s/{session}" in page.url
+    turn = page.get_by_role("article").last
+    expect(turn.get_by_role("region", name="Answer")).to_contain_text("ticked", timeout=30_000)
+    output = turn.get_by_label("Output").inner_text()
+    assert [line for line in output.splitlines() if line] == [f"tick {i}" for i in range(12)]
+    expect(turn.get_by_role("region", name="Iteration 1")).to_have_count(1)
+    expect(turn.get_by_label("Code")).to_have_count(1)
+    with api(fleet) as http:
+        turn_id = http.get(f"/sessions/{session}/turns").json()["items"][-1]["id"]
+        events = [line for line in http.get(f"/turns/{turn_id}/events").text.splitlines() if line.startswith("id:")]
+    # Every stored event was applied to the page once: the article saw the last sequence number.
+    expect(turn).to_have_attribute("data-last-seq", str(len(events)))
+
+
+def test_sessions_list_search_rename_delete_and_resume(
+    fleet: ServerProcess, scripted: ScriptedModelServer, page: Page
+) -> None:
+    with api(fleet) as http:
+        for title in ("Quarterly revenue", "Churn analysis"):
+            http.post("/sessions", json={"title": title})
+    open_ui(page, fleet.base_url)
+    sessions = page.get_by_role("navigation", name="Sessions")
+    # Most recently active first.
+    links = sessions.get_by_role("link")
+    expect(links.first).to_have_text("Churn analysis")
+    page.get_by_label("Search sessions").fill("quarter")
+    expect(sessions.get_by_role("link", name="Quarterly revenue")).to_be_visible()
+    expect(sessions.get_by_role("link", name="Churn analysis")).to_have_count(0)
+    page.get_by_label("Search sessions").fill("")
+    sessions.get_by_role("button", name="Rename Churn analysis").click()
+    title = sessions.get_by_role("textbox", name="New title for Churn analysis")
+    title.fill("Churn by cohort")
+    title.press("Enter")
+    expect(sessions.get_by_role("link", name="Churn by cohort", exact=True)).to_be_visible()
+    sessions.get_by_role("button", name="Delete Churn by cohort").click()
+    sessions.get_by_role("button", name="Confirm delete Churn by cohort").click()
+    expect(sessions.get_by_role("link", name="Churn by cohort")).to_have_count(0)
+    sessions.get_by_role("link", name="Quarterly revenue").click()
+    expect(page.get_by_role("heading", name="Quarterly revenue")).to_be_visible()
+    with api(fleet) as http:
+        titles = [s["title"] for s in http.get("/sessions").json()["items"]]
+    assert "Churn by cohort" not in titles and "Quarterly revenue" in titles
+
+
+def test_every_view_works_from_the_keyboard_and_passes_axe(
+    fleet: ServerProcess, scripted: ScriptedModelServer, page: Page
+) -> None:
+    scripted.script("root", rlm_step("Read the sales.", READ), rlm_step("Save them.", SAVE))
+    with api(fleet) as http:
+        session = http.post("/sessions", json={"title": "Keyboard only"}).json()["id"]
+        http.post(f"/sessions/{session}/files", files={"file": ("sales.csv", SALES, "text/csv")})
+    open_ui(page, fleet.base_url)
+    no_serious_violations(page)
+    page.get_by_role("link", name="Keyboard only").focus()
+    page.keyboard.press("Enter")
+    box = page.get_by_role("textbox", name="Message")
+    box.focus()
+    page.keyboard.type("Revenue by region")
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.type("and save artifacts/revenue_by_region.csv")
+    assert box.input_value() == "Revenue by region\nand save artifacts/revenue_by_region.csv"
+    page.keyboard.press("Enter")
+    turn = page.get_by_role("article").last
+    expect(turn.get_by_role("region", name="Answer")).to_contain_text("north: 170", timeout=30_000)
+    no_serious_violations(page)
+    for view, landmark in (("Files", "Files"), ("Trace", "Spans"), ("Settings", "Session settings")):
+        page.get_by_role("navigation", name="Views").get_by_role("link", name=view).focus()
+        page.keyboard.press("Enter")
+        expect(page.get_by_role("link", name=view)).to_have_attribute("aria-current", "page")
+        expect(page.get_by_label(landmark).first).to_be_visible()
+        page.wait_for_timeout(300)
+        no_serious_violations(page)

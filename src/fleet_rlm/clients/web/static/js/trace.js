@@ -73,7 +73,7 @@ export function renderTrace(turn, events) {
     const extra = span.error ? ` — ${span.error}` : span.usage ? ` — ${usageLine(span.usage)}` : "";
     return h(
       "li",
-      { class: `span ${span.kind}` },
+      { class: `span span-${span.kind}` },
       label,
       h("span", { class: "track", "aria-hidden": "true" }, bar),
       h("span", { class: "duration" }, `${formatSeconds(span.end - span.start)}${extra}`),
