@@ -8,7 +8,7 @@ export function h(tag, attributes = {}, ...children) {
     else if (name in node && typeof value !== "string") node[name] = value;
     else node.setAttribute(name, value === true ? "" : value);
   }
-  for (const child of children.flat()) if (child !== null && child !== undefined && child !== false) node.append(child);
+  for (const child of children.flat(Infinity)) if (child !== null && child !== undefined && child !== false) node.append(child);
   return node;
 }
 
