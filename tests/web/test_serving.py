@@ -89,3 +89,15 @@ def test_fleet_web_starts_a_server_opens_the_browser_and_reuses_a_running_one(
         time.sleep(0.2)
     else:
         raise AssertionError("the server fleet web started is still running")
+
+
+def test_the_ui_routes_stay_out_of_the_api_contract() -> None:
+    """The OpenAPI document and the 405 ``Allow`` table are the API's alone, UI or not."""
+    from fleet_rlm.api.app import create_app
+    from fleet_rlm.clients import web
+    from fleet_rlm.config import Settings
+
+    settings = Settings.model_validate({})
+    with_ui = create_app(settings, ui_routes=web.routes())
+    assert with_ui.openapi() == create_app(settings).openapi()
+    assert with_ui.state.methods.allowed("/") is None

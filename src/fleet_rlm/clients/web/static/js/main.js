@@ -221,8 +221,9 @@ async function start() {
   );
   window.addEventListener("hashchange", () => route().catch(failed));
   await call("GET", "/health");
-  await loadSessions();
-  await route();
+  // The list and the chosen session load side by side; the list is drawn again once both are in.
+  await Promise.all([loadSessions(), route()]);
+  renderSessions();
   document.body.dataset.ready = "true";
 }
 

@@ -72,13 +72,14 @@ export class Workbench {
   }
 
   async load() {
-    await this.loadFiles();
+    const files = this.loadFiles();
     let after = null;
     do {
       const page = await call("GET", `/sessions/${this.session.id}/turns?limit=200${after === null ? "" : `&after=${after}`}`);
       this.turns.push(...page.items);
       after = page.next_after;
     } while (after !== null);
+    await files;
     const finished = [];
     for (const turn of this.turns) {
       this.addTurn(turn);
