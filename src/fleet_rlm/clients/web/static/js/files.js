@@ -94,8 +94,7 @@ async function memoryItems(session, notice, refresh) {
       h("label", { for: id }, `Entry ${index + 1} (${entry.status})`),
       text,
       h("p", { class: "why" }, `Why: ${entry.why}`),
-      ...actions,
-      act("Delete", "DELETE", base),
+      h("div", { class: "actions" }, ...actions, act("Delete", "DELETE", base)),
     );
   });
 }

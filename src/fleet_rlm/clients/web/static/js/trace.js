@@ -65,7 +65,7 @@ export function renderTrace(turn, events) {
     setTimeout(() => URL.revokeObjectURL(url), 60_000);
   });
   const rows = spans.map((span) => {
-    const bar = h("span", { class: `bar ${span.kind}` });
+    const bar = h("span", { class: `bar bar-${span.kind}` });
     bar.style.marginLeft = `${(((span.start - start) / total) * 100).toFixed(2)}%`;
     bar.style.width = `${Math.max(((span.end - span.start) / total) * 100, 0.3).toFixed(2)}%`;
     const label = h("span", { class: "span-label" }, span.label);
