@@ -30,6 +30,11 @@ def test_sessions_survive_a_server_restart(scripted: ScriptedModelServer, page: 
         page.get_by_role("button", name="Send").click()
         expect(page.get_by_role("region", name="Answer")).to_contain_text("kept across restarts", timeout=30_000)
         url = page.url
+        # A turn still running when the server stops ends interrupted, and the page says so.
+        scripted.script("root", rlm_step("Wait.", "print('waiting', flush=True)\nimport time\ntime.sleep(60)"))
+        page.get_by_role("textbox", name="Message").fill("Wait for the restart")
+        page.get_by_role("button", name="Send").click()
+        expect(page.get_by_role("article").last.get_by_label("Output")).to_contain_text("waiting", timeout=30_000)
     finally:
         first.stop()
     second = ServerProcess(env, tmp_path / "server.log", cli=True)
@@ -40,8 +45,11 @@ def test_sessions_survive_a_server_restart(scripted: ScriptedModelServer, page: 
         page.reload()
         page.wait_for_selector("body[data-ready=true]")
         expect(page.get_by_role("navigation", name="Sessions").get_by_role("link", name="Remember me")).to_be_visible()
-        expect(page.get_by_role("article")).to_have_count(1)
+        expect(page.get_by_role("article")).to_have_count(2)
         expect(page.get_by_role("region", name="Answer")).to_contain_text("kept across restarts")
+        interrupted = page.get_by_role("article").last
+        expect(interrupted.get_by_role("status").filter(has_text="Interrupted")).to_be_visible()
+        expect(page.get_by_role("button", name="Send")).to_be_enabled()
     finally:
         second.stop()
 

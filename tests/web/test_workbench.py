@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import httpx
-from playwright.sync_api import Page, expect
+from playwright.sync_api import BrowserContext, Page, expect
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from tests.api.server import ServerProcess
@@ -199,3 +199,44 @@ def test_every_view_works_from_the_keyboard_and_passes_axe(
         expect(page.get_by_label(landmark).first).to_be_visible()
         page.wait_for_timeout(300)
         no_serious_violations(page)
+
+
+def test_a_dropped_connection_resumes_with_nothing_shown_twice(
+    fleet: ServerProcess, scripted: ScriptedModelServer, page: Page, context: BrowserContext
+) -> None:
+    scripted.script("root", rlm_step("Count slowly.", TICKING))
+    open_ui(page, fleet.base_url)
+    new_session(page)
+    send(page, "Count to twelve, slowly")
+    turn = page.get_by_role("article").last
+    expect(turn.get_by_label("Output")).to_contain_text("tick 2", timeout=30_000)
+    context.set_offline(True)
+    page.wait_for_timeout(1_500)
+    context.set_offline(False)
+    expect(turn.get_by_role("region", name="Answer")).to_contain_text("ticked", timeout=30_000)
+    output = turn.get_by_label("Output").inner_text()
+    assert [line for line in output.splitlines() if line] == [f"tick {i}" for i in range(12)]
+
+
+def test_files_dropped_on_the_composer_are_attached_and_the_mode_is_sent(
+    fleet: ServerProcess, scripted: ScriptedModelServer, page: Page
+) -> None:
+    scripted.script("root", rlm_step("Read.", "print(open('files/notes.txt').read())\nSUBMIT(answer='read')"))
+    open_ui(page, fleet.base_url)
+    session = new_session(page)
+    page.get_by_role("form", name="Composer").evaluate(
+        """(form) => {
+            const data = new DataTransfer();
+            data.items.add(new File(["dropped notes"], "notes.txt", { type: "text/plain" }));
+            form.dispatchEvent(new DragEvent("drop", { dataTransfer: data, bubbles: true, cancelable: true }));
+        }"""
+    )
+    expect(page.get_by_role("status").filter(has_text="Attached files/notes.txt")).to_be_visible()
+    page.get_by_role("combobox", name="Mode").select_option("rlm")
+    send(page, "Read the notes")
+    turn = page.get_by_role("article").last
+    expect(turn.get_by_label("Output")).to_contain_text("dropped notes", timeout=30_000)
+    with api(fleet) as http:
+        record = http.get(f"/sessions/{session}/turns").json()["items"][-1]
+    assert record["context_paths"] == ["files/notes.txt"]
+    assert record["options"].get("mode") == "rlm"
