@@ -1,6 +1,6 @@
 // The Files view: the session's uploads, artifacts and memory files (preview, download with sha256,
 // upload, delete) and the memory proposals its turns made (approve, edit, reject, delete).
-import { call } from "./api.js";
+import { call, filePath } from "./api.js";
 import { formatBytes, h } from "./dom.js";
 import { artifactItem } from "./transcript.js";
 
@@ -19,7 +19,7 @@ export async function filesView(app, session, workbench) {
         const remove = h("button", { type: "button", class: "small danger", "aria-label": `Delete ${file.path}` }, "Delete");
         remove.addEventListener("click", async () => {
           try {
-            await call("DELETE", `/sessions/${session.id}/files/${file.path}`);
+            await call("DELETE", filePath(session.id, file.path));
             notice.textContent = `Deleted ${file.path}`;
             await refresh();
           } catch (error) {

@@ -63,13 +63,15 @@ export async function settingsView(app, session) {
     );
   };
   const again = h("button", { type: "button" }, "Check again");
-  again.addEventListener("click", check);
+  const checkNow = () =>
+    check().catch((error) => readiness.replaceChildren(h("dt", {}, "Server"), h("dd", { class: "error" }, error.message)));
+  again.addEventListener("click", checkNow);
   const forget = h("button", { type: "button" }, "Forget the token");
   forget.addEventListener("click", () => {
     sessionStorage.removeItem("fleet.token");
     location.reload();
   });
-  check();
+  checkNow();
   return h(
     "div",
     { class: "settings-view" },

@@ -1,7 +1,7 @@
 // One turn as an <article>, built from its events as they arrive. Events are queued and applied once
 // per animation frame, so a fast stream costs one layout per frame; each applied event moves the
 // article's data-last-seq (what the benchmark and tests watch).
-import { download } from "./api.js";
+import { download, filePath } from "./api.js";
 import { formatBytes, formatSeconds, h, uniqueId } from "./dom.js";
 import { highlight } from "./highlight.js";
 import { renderMarkdown } from "./markdown.js";
@@ -44,7 +44,7 @@ export function artifactItem(sessionId, file) {
     if (open) show();
     else previewBox.replaceChildren();
   });
-  const link = h("a", { href: `/api/v1/sessions/${encodeURIComponent(sessionId)}/files/${label}`, class: "artifact" }, label);
+  const link = h("a", { href: `/api/v1${filePath(sessionId, label)}`, class: "artifact" }, label);
   link.addEventListener("click", (event) => {
     event.preventDefault();
     download(sessionId, label);

@@ -143,7 +143,8 @@ export class Workbench {
 
   followTurn(turn, done) {
     const view = this.views.get(turn.id);
-    if (ACTIVE.has(turn.status)) this.setActive(turn.id);
+    const live = ACTIVE.has(turn.status);
+    if (live) this.setActive(turn.id);
     const handle = follow(turn.id, {
       after: view.lastSeq,
       onEvent: (event) => {
@@ -153,7 +154,7 @@ export class Workbench {
       onEnd: (event) => {
         this.streams.delete(turn.id);
         if (this.activeTurn === turn.id) this.setActive(null);
-        if (isTerminal(event.type)) this.app.turnEnded(this.session.id);
+        if (live && isTerminal(event.type)) this.app.turnEnded(this.session.id);
         if (done) done();
       },
       onRetry: () => this.app.status("Reconnecting to the event stream…"),
