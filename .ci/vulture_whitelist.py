@@ -94,6 +94,7 @@ pytest_collection_finish
 pytest_configure
 pytest_terminal_summary
 pytest_sessionstart
+pytest_runtest_makereport
 
 # protocol.payloads: event fields written to the wire by pydantic (the turn's usage is built from a
 # dict of counters; the schema version is set through its wire alias "schema").

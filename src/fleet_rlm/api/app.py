@@ -8,11 +8,12 @@ the access log's redaction (:mod:`~fleet_rlm.api.access_log`). Middleware runs o
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
 
 from fleet_rlm.api import access_log, contract, docs
 from fleet_rlm.api.auth import require_token
@@ -32,8 +33,13 @@ from fleet_rlm.service.service import FleetService
 API_PREFIX = "/api/v1"
 
 
-def create_app(settings: Settings, service: FleetService | None = None) -> FastAPI:
-    """The app; it starts the service (migrations, reconciliation, sandbox pool) on start-up."""
+def create_app(settings: Settings, service: FleetService | None = None, ui_routes: Sequence[BaseRoute] = ()) -> FastAPI:
+    """The app; it starts the service (migrations, reconciliation, sandbox pool) on start-up.
+
+    ``ui_routes`` serve a user interface beside the API, outside ``/api`` and outside its OpenAPI
+    document (``fleet serve`` passes the web workbench's, :mod:`fleet_rlm.clients.web`: the API layer
+    cannot import clients). They meet the same Host and Origin checks; they need no token, since a
+    browser cannot send one on navigation (the page asks for it and sends it on each API call)."""
     fleet = service or FleetService(settings)
     mcp = McpEndpoint(fleet)
     server = settings.server
@@ -79,6 +85,7 @@ def create_app(settings: Settings, service: FleetService | None = None) -> FastA
     app.include_router(api)
     app.include_router(compat.router, dependencies=[Depends(require_token)])
     app.router.routes.append(mcp.route)
+    app.router.routes.extend(ui_routes)
     served = [(API_PREFIX, route) for router in routers for route in router.routes]
     app.state.methods = MethodTable([*served, *(("", route) for route in compat.router.routes)])
     return app

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 
 import uvicorn
+from starlette.routing import BaseRoute
 
 from fleet_rlm.api.app import create_app
 from fleet_rlm.api.hosts import is_loopback_name
@@ -36,7 +38,9 @@ def server_settings(settings: Settings) -> Settings:
     return settings
 
 
-def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
+def serve(
+    settings: Settings, host: str | None = None, port: int | None = None, ui_routes: Sequence[BaseRoute] = ()
+) -> None:
     host = host or settings.server.host
     port = port or settings.server.port
     check_bind(settings, host)
@@ -49,7 +53,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
             host,
         )
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, ui_routes=ui_routes),
         host=host,
         port=port,
         log_level="info",
@@ -57,13 +61,13 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, ui_routes: Sequence[BaseRoute] = ()) -> int:
     parser = argparse.ArgumentParser(prog="python -m fleet_rlm.api.server", description="Run Fleet's HTTP API.")
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     args = parser.parse_args(argv)
     try:
-        serve(load_settings(), args.host, args.port)
+        serve(load_settings(), args.host, args.port, ui_routes)
     except ConfigError as exc:
         print(f"fleet serve: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ from fleet_rlm.clients.cli import sessions as sessions_cli
 from fleet_rlm.clients.cli import skills as skills_cli
 from fleet_rlm.clients.cli.chat import chat_command
 from fleet_rlm.clients.cli.optimize import optimize_command
+from fleet_rlm.clients.cli.web import web_command
 from fleet_rlm.config import ConfigError, load_settings, require_model
 
 if TYPE_CHECKING:
@@ -174,6 +175,7 @@ app.add_typer(eval_cli.app, name="eval")
 app.command("optimize")(optimize_command)
 
 app.command("chat")(chat_command)
+app.command("web")(web_command)
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ def serve_command(
     from rich.console import Console
 
     from fleet_rlm.api.server import check_bind, serve
+    from fleet_rlm.clients import web
     from fleet_rlm.clients.cli.preparing import prepare_backend
     from fleet_rlm.sandbox.base import SandboxUnavailable
     from fleet_rlm.sandbox.registry import configured_backend
@@ -43,8 +44,8 @@ def serve_command(
         print(f"fleet: error: {exc}", file=sys.stderr)
         raise typer.Exit(EXIT_FAILED) from None
     print(
-        f"Fleet API on http://{settings.server.host}:{settings.server.port}/api/v1  "
+        f"Fleet on http://{settings.server.host}:{settings.server.port}/ (the web UI; the API under /api/v1)  "
         f"(database {display}, data {settings.data_dir})",
         file=sys.stderr,
     )
-    serve(settings)
+    serve(settings, ui_routes=web.routes())

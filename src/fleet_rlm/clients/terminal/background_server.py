@@ -22,8 +22,9 @@ def main(argv: list[str]) -> int:
     if os.getppid() != parent:  # the chat ended before the request above was in place
         return 0
     from fleet_rlm.api.server import main as serve
+    from fleet_rlm.clients import web
 
-    return serve(argv[1:])
+    return serve(argv[1:], web.routes())
 
 
 if __name__ == "__main__":
