@@ -71,13 +71,15 @@ def fleet(scripted: ScriptedModelServer, tmp_path_factory: pytest.TempPathFactor
     server.stop()
 
 
-@pytest.fixture(scope="session")
+# Package scope: the sync driver runs an event loop on the test thread while it lives, and tests after
+# this package call asyncio.run on that thread.
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
     with sync_playwright() as driver:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
     yield browser
