@@ -104,3 +104,6 @@ _.object_pairs_hook
 _.parse_float
 _.parse_int
 _.parse_constant
+
+# api.schemas.KernelOut / service.kernels.KernelStatus: a field pydantic reads off the status (asdict).
+_.idle_seconds

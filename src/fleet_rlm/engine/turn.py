@@ -88,6 +88,11 @@ class TurnRequest:
     """The approved memory as ``memory/MEMORIES.md`` holds it, shown with the history; None: none."""
     propose_memory: ProposeMemory | None = None
     """Where ``remember`` proposals go; None: the turn gets no ``remember`` tool."""
+    kernel: str = ""
+    """What the model is told of the session kernel's variables from earlier turns (live, restored or
+    gone), shown after the workspace manifest; empty: nothing to tell."""
+    kernel_events: list[Payload] = field(default_factory=list)
+    """``kernel.*`` events of the kernel this turn runs on, emitted right after ``turn.started``."""
 
 
 @dataclass
@@ -150,6 +155,7 @@ class Turn:
         self.trace = TurnTrace(self.emitter, self.max_iterations, guard=LoopGuard.from_settings(budget))
         self._sandboxes: list[Sandbox] = []
         self._stop = threading.Event()
+        self._program_done = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Event | None = None
         self._artifacts_before = snapshot(self.tree)
@@ -193,6 +199,8 @@ class Turn:
                 ),
             )
         )
+        for payload in self.request.kernel_events:
+            self.emitter.emit(payload)
         if not self.backend.isolated:
             self.emitter.emit(
                 TurnWarning(
@@ -230,6 +238,7 @@ class Turn:
             outcome = self._run_program()
         except BaseException as exc:  # every failure becomes a one-line reason
             outcome = self._failure(exc)
+        self._program_done = True
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # the turn already ended and its loop is closed
             self._loop.call_soon_threadsafe(_resolve, done, outcome)
@@ -247,7 +256,7 @@ class Turn:
             max_iterations=self.max_iterations,
             inputs={
                 "task": Text(self._task_text()),
-                "workspace": Text(render_manifest(build_manifest(self.tree))),
+                "workspace": Text(self._workspace_text()),
                 "history": Text(
                     render_context([(h.message, h.answer) for h in self.request.history], self.request.memory)
                 ),
@@ -318,6 +327,10 @@ class Turn:
             after_execute=self._announce_artifacts,
         )
 
+    def _workspace_text(self) -> str:
+        manifest = render_manifest(build_manifest(self.tree))
+        return f"{manifest}\n\n{self.request.kernel}" if self.request.kernel else manifest
+
     def _task_text(self) -> str:
         task = self.request.task
         if self.request.context_paths:
@@ -358,7 +371,8 @@ class Turn:
         return TurnOutcome(status=TurnStatus.FAILED, error=one_line(exc))
 
     def _finish(self, outcome: TurnOutcome) -> TurnOutcome:
-        self._kill_sandboxes()
+        if not self._program_done:  # else every sandbox was shut down, a session's kernel kept
+            self._kill_sandboxes()
         remove_volume_directory(self._scratch_root)
         if outcome.status is TurnStatus.COMPLETED:
             self._announce_artifacts()

@@ -117,6 +117,10 @@ class LocalSandbox:
         return self._launcher.isolated
 
     @property
+    def usable(self) -> bool:
+        return self._ended is None
+
+    @property
     def workspace_path(self) -> str:
         """The workspace's path as code in the sandbox sees it (also its working directory)."""
         return WORKSPACE_MOUNT if self._launcher.isolated else str(self.spec.workspace.resolve())

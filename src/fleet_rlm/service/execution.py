@@ -31,7 +31,8 @@ from fleet_rlm.engine.turn import HistoryEntry, Turn, TurnOutcome, TurnRequest, 
 from fleet_rlm.protocol.events import Event, EventType, new_id
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.channel import TurnChannel
-from fleet_rlm.service.files import SessionFiles
+from fleet_rlm.service.files import SessionFiles, refresh_workspace
+from fleet_rlm.service.kernels import Kernel, KernelOpening, KernelRegistry
 from fleet_rlm.service.memory import MEMORY_FILE, MemoryBook
 from fleet_rlm.service.pool import Lease, SandboxPool
 from fleet_rlm.service.storable import make_storable
@@ -65,8 +66,11 @@ class TurnExecution:
         journal: EventJournal,
         memory: MemoryBook,
         slots: asyncio.Semaphore | None = None,
+        kernels: KernelRegistry | None = None,
     ) -> None:
         self.plan = plan
+        self.kernels = kernels if kernels is not None and kernels.enabled else None
+        self.kernel: Kernel | None = None
         self.memory = memory
         self.turn_id = plan.turn.id
         self.store = store
@@ -131,7 +135,9 @@ class TurnExecution:
         finally:
             if holds_slot and self.slots is not None:
                 self.slots.release()
-            if self.lease is not None:
+            if self.lease is not None and self.kernel is not None and self.kernels is not None:
+                await self.kernels.finish(self.kernel, self.lease)
+            elif self.lease is not None:
                 await self.pool.release(self.lease)
 
     async def _wait_for_slot(self) -> bool:
@@ -151,10 +157,21 @@ class TurnExecution:
         plan = self.plan
         if self.cancel_requested:
             return self._stopped_outcome(), None
-        self.lease = await self.pool.acquire(plan.session.id, self.turn_id)
+        opening: KernelOpening | None = None
+        if self.kernels is not None:
+            self.lease, opening = await self.kernels.open(plan.session.id, self.turn_id)
+            self.kernel = opening.kernel
+        else:
+            self.lease = await self.pool.acquire(plan.session.id, self.turn_id)
         records = await self.store.list_files(plan.session.id)
         workspace = self.lease.workspace
-        placed = await asyncio.to_thread(self.files.materialize, plan.session.id, records, self.lease.files)
+        if self.kernel is not None:
+            self.kernel.placed = await asyncio.to_thread(
+                refresh_workspace, self.files, plan.session.id, records, self.lease.files, workspace, self.kernel.placed
+            )
+            placed = {path: identity[0] for path, identity in self.kernel.placed.items()}
+        else:
+            placed = await asyncio.to_thread(self.files.materialize, plan.session.id, records, self.lease.files)
         memory = await self.memory.context()
         if memory is not None:
             await asyncio.to_thread(self.lease.files.push, io.BytesIO(memory.encode()), MEMORY_FILE)
@@ -174,6 +191,8 @@ class TurnExecution:
             turn_timeout=options.get("turn_timeout"),
             memory=memory,
             propose_memory=self.memory.proposals_for(plan.session.id, self.turn_id, self.loop),
+            kernel=opening.text if opening is not None else "",
+            kernel_events=opening.events if opening is not None else [],
         )
         self.engine_turn = build_turn(plan.settings, request, self.sink, backend=self.lease.backend)
         if self.cancel_requested:

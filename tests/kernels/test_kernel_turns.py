@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from tests.api.server import server_in_thread
+
+from .conftest import SettingsFactory, events_of, root_prompt, run_turn
+
+SALES = b"region,revenue\nnorth,100\nsouth,80\nnorth,70\n"
+LOAD = """import csv, collections
+rows = list(csv.DictReader(open('files/sales.csv')))
+totals = collections.Counter()
+for row in rows:
+    totals[row['region']] += int(row['revenue'])
+def top(counter):
+    return max(counter, key=counter.get)
+SUBMIT(answer=str(len(rows)))"""
+REUSE = 'SUBMIT(answer=f"{top(totals)} {totals[top(totals)]} of {len(rows)} rows")'
+
+
+def test_turn_two_uses_turn_one_variables_without_the_file(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    with server_in_thread(make_settings()) as api, api.http() as http:
+        http.post("/sessions", json={"name": "s"})
+        http.post("/sessions/s/files", files={"file": ("sales.csv", SALES, "text/csv")})
+        model_server.script("root", rlm_step("Load.", LOAD))
+        first = run_turn(http, "s", "load the sales")
+        assert first["status"] == "completed" and first["answer"] == "3"
+        assert [e["sandbox_id"] for e in events_of(first, "kernel.started")]
+
+        # The file is gone: turn 2 can only answer from what turn 1 left in the kernel.
+        assert http.delete("/sessions/s/files/files/sales.csv").status_code == 204
+        model_server.script("root", rlm_step("Reuse.", REUSE))
+        second = run_turn(http, "s", "which region leads?")
+        assert second["status"] == "completed", second
+        assert second["answer"] == "north 170 of 3 rows"
+        assert not events_of(second, "kernel.started") and not events_of(second, "kernel.restored")
+        prompt = root_prompt(model_server)
+        assert "Python variables still defined from earlier turns" in prompt
+        assert "- rows: list" in prompt and "- totals: Counter" in prompt and "- top: function" in prompt
+
+        kernel = http.get("/sessions/s/kernel").json()
+        assert kernel["live"] is True and kernel["busy"] is False
+        assert {v["name"] for v in kernel["variables"]} >= {"rows", "totals", "top"}
+        assert kernel["memory_bytes"] > 0
