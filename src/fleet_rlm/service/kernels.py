@@ -78,10 +78,13 @@ class Kernel:
     variables: list[KernelVariableInfo] = field(default_factory=list)
     placed: dict[str, FileIdentity] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by a turn on the kernel and then by its snapshot."""
+    turn_running: bool = False
 
     @property
     def busy(self) -> bool:
-        return self.idle_since is None
+        """A turn runs on it, or its snapshot is being taken: not to be ended now."""
+        return self.idle_since is None or self.lock.locked()
 
     def memory_bytes(self) -> int | None:
         """Resident memory of the kernel's processes (its worker and what it started), or None."""
@@ -163,7 +166,7 @@ class KernelRegistry:
     async def evict_idle(self) -> None:
         now = time.time()
         for kernel in list(self.live.values()):
-            if kernel.idle_since is not None and now - kernel.idle_since >= self.settings.kernel_idle_timeout:
+            if not kernel.busy and now - (kernel.idle_since or now) >= self.settings.kernel_idle_timeout:
                 minutes = self.settings.kernel_idle_timeout / 60
                 await self._end(kernel, "idle", f"idle for more than {minutes:g} minutes")
 
@@ -198,6 +201,7 @@ class KernelRegistry:
             await kernel.lock.acquire()
             if self.live.get(session_id) is kernel and kernel.started.sandbox.usable:
                 kernel.idle_since = None
+                kernel.turn_running = True
                 self.live.move_to_end(session_id)
                 lease = self.pool.lease_on(session_id, turn_id, kernel.sandbox_id, kernel.workspace, kernel.started)
                 return lease, KernelOpening(kernel, [], live_text(kernel.variables))
@@ -211,7 +215,7 @@ class KernelRegistry:
         except BaseException:
             await self.pool.release(lease)
             raise
-        kernel = Kernel(session_id, lease.sandbox_id, lease.workspace, started, idle_since=None)
+        kernel = Kernel(session_id, lease.sandbox_id, lease.workspace, started, idle_since=None, turn_running=True)
         await kernel.lock.acquire()
         self.live[session_id] = kernel
         events: list[Payload] = []
@@ -252,6 +256,8 @@ class KernelRegistry:
     async def finish(self, kernel: Kernel, lease: Lease) -> None:
         """After a turn (its end committed): keep the kernel when its sandbox still works, list its
         variables and snapshot them; else it ended (a cancel, a crash) and its directory goes."""
+        kernel.turn_running = False
+        kernel.idle_since = time.time()
         try:
             kept = lease.backend.kernel()
             await self.pool.release(lease, keep=kept.sandbox if kept is not None else None)
@@ -266,7 +272,6 @@ class KernelRegistry:
             kernel.started = kept
             await asyncio.to_thread(self._snapshot, kernel, lease, set(EXCLUDED_NAMES))
         finally:
-            kernel.idle_since = time.time()
             kernel.lock.release()
         await self._evict_over_limit(self.settings.max_kernels)
 
@@ -326,9 +331,13 @@ class KernelRegistry:
                 self._write_state(session_id, state)
                 self._snapshot_path(session_id).unlink(missing_ok=True)
             return
-        if kernel.busy or kernel.lock.locked():
+        if kernel.turn_running:
             raise Conflict("a turn is running on this session's kernel; cancel it first", code="kernel_busy")
-        await self._end(kernel, "restart", "restarted on request", forget_snapshot=True)
+        async with kernel.lock:  # the last turn's snapshot is still being written
+            if kernel.turn_running:
+                raise Conflict("a turn is running on this session's kernel; cancel it first", code="kernel_busy")
+            if self.live.get(session_id) is kernel:
+                await self._end(kernel, "restart", "restarted on request", forget_snapshot=True)
 
     async def forget(self, session_id: str) -> None:
         """The session was deleted: end its kernel (its storage goes with the session)."""
@@ -336,19 +345,26 @@ class KernelRegistry:
         if kernel is not None:
             await self.pool.destroy(kernel.sandbox_id, [kernel.started.sandbox])
 
+    async def settled(self, session_id: str) -> None:
+        """Wait until the last turn's snapshot of the session's kernel is taken (not for a turn)."""
+        kernel = self.live.get(session_id)
+        if kernel is not None and not kernel.turn_running:
+            async with kernel.lock:
+                pass
+
     def status(self, session_id: str) -> KernelStatus:
         state = self._read_state(session_id)
         snapshot = state.get("snapshot")
         kernel = self.live.get(session_id)
         if kernel is None:
             return KernelStatus(live=False, snapshot=snapshot, ended=state.get("ended"), variables=[])
-        idle = None if kernel.idle_since is None else max(0.0, time.time() - kernel.idle_since)
+        idle = None if kernel.turn_running or kernel.idle_since is None else max(0.0, time.time() - kernel.idle_since)
         return KernelStatus(
             live=True,
             sandbox_id=kernel.sandbox_id,
             started_at=kernel.started_at,
             idle_seconds=idle,
-            busy=kernel.busy,
+            busy=kernel.turn_running,
             memory_bytes=kernel.memory_bytes(),
             variables=list(kernel.variables),
             snapshot=snapshot,
@@ -401,8 +417,8 @@ def _lost_after_restore(known: list[Any], snapshot: dict[str, Any], restored: Ke
     why = {item.name: item.reason for item in kernel_code.parse_report({"lost": snapshot.get("lost")}).lost}
     why.update({item.name: item.reason for item in restored.lost})
     back = set(restored.restored)
-    lost = [Lost(v.name, why.get(v.name, "not in the snapshot")) for v in _infos(known) if v.name not in back]
-    return lost
+    default = "not in the snapshot" if snapshot else "no snapshot holds it"
+    return [Lost(v.name, why.get(v.name, default)) for v in _infos(known) if v.name not in back]
 
 
 def _line(variable: KernelVariableInfo) -> str:

@@ -244,6 +244,7 @@ class FleetService:
     async def kernel_status(self, ref: str) -> KernelStatus:
         """The session's kernel: live or not, since when, idle for, memory, variables, snapshot."""
         session = await self.store.get_session(ref)
+        await self.kernels.settled(session.id)
         return await asyncio.to_thread(self.kernels.status, session.id)
 
     def kernel_summary(self) -> tuple[int, int]:
