@@ -45,6 +45,7 @@ from fleet_rlm.service.files import FileIdentity
 from fleet_rlm.service.pool import Lease, SandboxPool, Started
 from fleet_rlm.store import Conflict
 from fleet_rlm.workspace.layout import Workspace
+from fleet_rlm.workspace.manifest import human_size
 from fleet_rlm.workspace.tree import UnsafeEntry
 
 log = logging.getLogger(__name__)
@@ -422,18 +423,10 @@ def _lost_after_restore(known: list[Any], snapshot: dict[str, Any], restored: Ke
 
 
 def _line(variable: KernelVariableInfo) -> str:
-    line = f"- {variable.name}: {variable.type}, {_size(variable.size)}"
+    line = f"- {variable.name}: {variable.type}, {human_size(variable.size)}"
     if variable.preview is not None:
         line += f" = {variable.preview}"
     return line
-
-
-def _size(size: int) -> str:
-    for unit in ("B", "KB", "MB"):
-        if size < 1024:
-            return f"{size:g} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size = size / 1024  # type: ignore[assignment]
-    return f"{size:.1f} GB"
 
 
 def _bounded(lines: list[str], total: int) -> str:
