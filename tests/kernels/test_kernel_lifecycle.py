@@ -3,13 +3,18 @@ never silent: the next turn's events and the model's inputs tell what was restor
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
 import time
+from pathlib import Path
 
 import httpx
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from tests.api.server import server_in_thread
+from tests.api.test_crash_recovery import processes_mentioning
 
 from .conftest import SettingsFactory, events_of, root_prompt, run_turn
 
@@ -155,3 +160,24 @@ def _wait_for_output(http: httpx.Client, turn_id: str, text: str) -> None:
                 found.set()
                 break
     assert found.is_set()
+
+
+def test_a_kernel_whose_worker_dies_while_idle_is_said_and_a_deleted_session_takes_its_kernel_along(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer, home: Path
+) -> None:
+    with server_in_thread(make_settings()) as api, api.http() as http:
+        _define(http, model_server, "s")
+        sandbox_id = http.get("/sessions/s/kernel").json()["sandbox_id"]
+        for pid in processes_mentioning(sandbox_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        model_server.script("root", rlm_step("Use.", USE_RESTORED))
+        turn = run_turn(http, "s", "use")
+        _assert_restored_and_said(turn, model_server, "died")
+        assert "its worker ended" in root_prompt(model_server)
+
+        sandbox_id = http.get("/sessions/s/kernel").json()["sandbox_id"]
+        assert (home / "sandboxes" / sandbox_id).exists()
+        assert http.delete("/sessions/s").status_code == 204
+        assert not (home / "sandboxes" / sandbox_id).exists() and not processes_mentioning(sandbox_id)
+        assert http.get("/health").json()["kernels"]["live"] == 0

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.models.scripted import Reply, ScriptedModelServer, rlm_step
 from tests.api.server import server_in_thread
 
 from .conftest import SettingsFactory, events_of, root_prompt, run_turn
@@ -43,3 +43,41 @@ def test_turn_two_uses_turn_one_variables_without_the_file(
         assert kernel["live"] is True and kernel["busy"] is False
         assert {v["name"] for v in kernel["variables"]} >= {"rows", "totals", "top"}
         assert kernel["memory_bytes"] > 0
+
+
+def test_uploads_between_turns_are_in_files_and_each_turn_binds_its_own_tools_and_limits(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    with server_in_thread(make_settings()) as api, api.http() as http:
+        http.post("/sessions", json={"name": "s"})
+        model_server.script("root", rlm_step("Keep.", "ask = llm_query\nSUBMIT(answer='ok')"))
+        assert run_turn(http, "s", "keep a tool")["answer"] == "ok"
+
+        http.post("/sessions/s/files", files={"file": ("late.csv", b"a\n1\n2\n", "text/csv")})
+        http.patch("/sessions/s", json={"settings": {"execution_timeout": 1}})
+        model_server.script(
+            "root",
+            rlm_step("Wait.", "import time\ntime.sleep(5)"),
+            rlm_step("Read.", "late = open('files/late.csv').read().split()\nSUBMIT(answer=f'{late} {ask(\"hi\")}')"),
+        )
+        model_server.script("sub", "sub says hi")
+        turn = run_turn(http, "s", "read the late file")
+        assert turn["status"] == "completed", turn["error"]
+        assert turn["answer"] == "['a', '1', '2'] sub says hi"
+        [failed] = events_of(turn, "execution.failed")
+        assert failed["error_type"] == "TimeoutError"  # this turn's 1 s limit, on the kept kernel
+        assert http.get("/sessions/s/kernel").json()["live"] is True
+
+
+def test_a_failed_turns_artifacts_do_not_survive_in_the_kept_workspace(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    with server_in_thread(make_settings()) as api, api.http() as http:
+        http.post("/sessions", json={"name": "s"})
+        model_server.script("root", rlm_step("Write.", "open('artifacts/half.txt', 'w').write('x')\nraise SystemExit"))
+        model_server.script("root", Reply(status=500, text="the model broke"))
+        assert run_turn(http, "s", "fail")["status"] == "failed"
+        model_server.script("root", rlm_step("Look.", "import os\nSUBMIT(answer=str(os.listdir('artifacts')))"))
+        turn = run_turn(http, "s", "look")
+        assert turn["answer"] == "[]"
+        assert [f["path"] for f in http.get("/sessions/s/files").json()["items"]] == []

@@ -118,7 +118,8 @@ class LocalSandbox:
 
     @property
     def usable(self) -> bool:
-        return self._ended is None
+        worker = self._worker
+        return self._ended is None and (worker is None or worker.process.poll() is None)
 
     @property
     def workspace_path(self) -> str:
