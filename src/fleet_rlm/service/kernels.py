@@ -42,18 +42,16 @@ from fleet_rlm.protocol.payloads import (
 from fleet_rlm.sandbox import kernel_code
 from fleet_rlm.sandbox.kernel_code import KernelReport, KernelVariableInfo, Lost
 from fleet_rlm.service.files import FileIdentity
+from fleet_rlm.service.kernel_text import live_text, restored_text
 from fleet_rlm.service.pool import Lease, SandboxPool, Started
 from fleet_rlm.store import Conflict
 from fleet_rlm.workspace.layout import Workspace
-from fleet_rlm.workspace.manifest import human_size
 from fleet_rlm.workspace.tree import UnsafeEntry
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
 SNAPSHOT_FILE = "snapshot.pickle"
-MAX_SHOWN_VARIABLES = 40
-MAX_KERNEL_TEXT = 4000
 EXCLUDED_NAMES = frozenset({"SUBMIT", "task", "workspace", "history", "dspy"})
 """Names every turn binds itself (its inputs, ``SUBMIT``); its tools are excluded by name too."""
 REASON_WORDS = {
@@ -229,7 +227,8 @@ class KernelRegistry:
         events.append(KernelStarted(sandbox_id=lease.sandbox_id))
         restored = KernelReport()
         if state.get("snapshot") and self._snapshot_path(session_id).is_file():
-            restored = await asyncio.to_thread(self._restore, lease, kernel)
+            saved = kernel_code.parse_report({"saved": state["snapshot"].get("saved")}).saved
+            restored = await asyncio.to_thread(self._restore, lease, kernel, saved)
         lost = _lost_after_restore(known, state.get("snapshot") or {}, restored)
         if known or restored.restored:
             events.append(
@@ -245,14 +244,15 @@ class KernelRegistry:
         self._write_state(session_id, state)
         return lease, KernelOpening(kernel, events, text)
 
-    def _restore(self, lease: Lease, kernel: Kernel) -> KernelReport:
+    def _restore(self, lease: Lease, kernel: Kernel, saved: list[str]) -> KernelReport:
         source = self._snapshot_path(kernel.session_id)
         try:
             lease.files.push(source, kernel_code.SNAPSHOT_REL)
             return kernel_code.restore(kernel.started.sandbox)
         except (OSError, CodeInterpreterError, SyntaxError) as exc:
             log.warning("session %s: the snapshot could not be restored: %s", kernel.session_id, exc)
-            return KernelReport()
+            why = f"the snapshot could not be loaded ({type(exc).__name__})"
+            return KernelReport(lost=[Lost(name, why) for name in saved])
 
     async def finish(self, kernel: Kernel, lease: Lease) -> None:
         """After a turn (its end committed): keep the kernel when its sandbox still works, list its
@@ -420,48 +420,3 @@ def _lost_after_restore(known: list[Any], snapshot: dict[str, Any], restored: Ke
     back = set(restored.restored)
     default = "not in the snapshot" if snapshot else "no snapshot holds it"
     return [Lost(v.name, why.get(v.name, default)) for v in _infos(known) if v.name not in back]
-
-
-def _line(variable: KernelVariableInfo) -> str:
-    line = f"- {variable.name}: {variable.type}, {human_size(variable.size)}"
-    if variable.preview is not None:
-        line += f" = {variable.preview}"
-    return line
-
-
-def _bounded(lines: list[str], total: int) -> str:
-    shown: list[str] = []
-    room = MAX_KERNEL_TEXT
-    for index, line in enumerate(lines[:MAX_SHOWN_VARIABLES]):
-        if len(line) + 1 > room:
-            shown.append(f"- ... and {total - index} more")
-            break
-        shown.append(line)
-        room -= len(line) + 1
-    else:
-        if total > len(shown):
-            shown.append(f"- ... and {total - len(shown)} more")
-    return "\n".join(shown)
-
-
-def live_text(variables: list[KernelVariableInfo]) -> str:
-    """What the model is told of a live kernel: the variables earlier turns left (bounded)."""
-    if not variables:
-        return ""
-    listing = _bounded([_line(v) for v in variables], len(variables))
-    return (
-        "Python variables still defined from earlier turns (the sandbox kept them; use them directly "
-        f"rather than re-reading files):\n{listing}"
-    )
-
-
-def restored_text(restored: list[KernelVariableInfo], lost: list[Lost], why: str) -> str:
-    """What the model is told when the kernel of earlier turns ended: what is back, what is gone."""
-    parts = [f"The Python state of earlier turns was lost because {why}; this is a fresh sandbox."]
-    if restored:
-        listing = _bounded([_line(v) for v in restored], len(restored))
-        parts.append(f"Restored from the session's snapshot (use them directly):\n{listing}")
-    if lost:
-        listing = _bounded([f"- {item.name}: {item.reason}" for item in lost], len(lost))
-        parts.append(f"Gone (recompute them if needed):\n{listing}")
-    return "\n".join(parts)
