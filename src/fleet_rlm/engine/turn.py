@@ -1,4 +1,5 @@
-"""One turn: a fresh ``dspy.RLM`` over the task and the workspace manifest, on a fresh sandbox.
+"""One turn: a fresh ``dspy.RLM`` over the task and the workspace manifest, on the sandbox the backend
+gives it (a fresh one, or in the server the session's kernel, whose variables live on between turns).
 
 The RLM runs on a worker thread; :meth:`Turn.run` waits for it, the turn deadline or a cancel,
 whichever comes first, and always ends the event stream with exactly one terminal event. On

@@ -5,7 +5,9 @@ Steps: take a sandbox from the pool, copy the session's files and the approved m
 events go live to followers and are stored in batches; its ``remember`` proposals are stored as it
 makes them), then in one transaction commit the status, answer, usage, the last events with the
 terminal one, and (only when the turn completed) the artifacts it wrote. Failed or cancelled turns leave
-the session's files as they were. The sandbox is torn down whatever happens.
+the session's files as they were. The sandbox is torn down whatever happens, except the session's
+kernel (:mod:`fleet_rlm.service.kernels`): the turn runs on it, and after the commit it is kept, its
+variables listed and snapshotted, for the session's next turn.
 """
 
 from __future__ import annotations
