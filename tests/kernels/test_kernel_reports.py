@@ -33,3 +33,25 @@ def test_health_and_doctor_count_live_kernels_and_their_memory(
 
     result = run_fleet(["doctor"], tmp_path, {"FLEET_SERVER_PORT": str(free_port())})
     assert "warn  kernels: no Fleet server answers at" in result.stdout
+
+
+def test_an_idle_kernels_memory_counts_against_its_sandbox_limit_in_the_next_turn(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    with server_in_thread(make_settings(sandbox_memory_mb=320)) as api, api.http() as http:
+        http.post("/sessions", json={"name": "s"})
+        model_server.script("root", rlm_step("Hold.", "held = bytearray(180 * 1024 * 1024)\nSUBMIT(answer='held')"))
+        assert run_turn(http, "s", "hold memory")["answer"] == "held"
+        model_server.script(
+            "root",
+            rlm_step("More.", "more = bytearray(180 * 1024 * 1024)"),
+            rlm_step("Report.", "SUBMIT(answer=str('held' in globals()))"),
+        )
+        turn = run_turn(http, "s", "hold more")
+        # The second block does not fit beside the first: the limit is the kernel's, across turns.
+        failed = [e for e in turn["events"] if e["type"] in ("execution.failed", "sandbox.restarted")]
+        assert failed, [e["type"] for e in turn["events"]]
+        if failed[0]["type"] == "execution.failed":
+            assert failed[0]["data"]["error_type"] == "MemoryError" and turn["answer"] == "True"
+        else:
+            assert "memory" in failed[0]["data"]["cause"] and turn["answer"] == "False"
