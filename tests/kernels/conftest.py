@@ -35,7 +35,11 @@ def run_turn(http: httpx.Client, session: str, message: str) -> dict[str, Any]:
     """Submit a turn and wait for its end; returns the stored turn with its events' types and data."""
     turn = http.post(f"/sessions/{session}/turns", json={"message": message})
     assert turn.status_code == 202, turn.text
-    turn_id = turn.json()["id"]
+    return run_turn_id(http, turn.json()["id"])
+
+
+def run_turn_id(http: httpx.Client, turn_id: str) -> dict[str, Any]:
+    """Wait for the end of a submitted turn; returns it stored, with its events' types and data."""
     events: list[dict[str, Any]] = []
     with http.stream("GET", f"/turns/{turn_id}/events") as stream:
         from fleet_rlm.testing.sse import event_frames

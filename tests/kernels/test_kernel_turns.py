@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from fleet_rlm.models.scripted import Reply, ScriptedModelServer, rlm_step
+from fleet_rlm.models.scripted import Reply, ScriptedModelServer, fields_reply, rlm_step
 from tests.api.server import server_in_thread
 
-from .conftest import SettingsFactory, events_of, root_prompt, run_turn
+from .conftest import SettingsFactory, events_of, root_prompt, run_turn, run_turn_id
 
 SALES = b"region,revenue\nnorth,100\nsouth,80\nnorth,70\n"
 LOAD = """import csv, collections
@@ -81,3 +81,19 @@ def test_a_failed_turns_artifacts_do_not_survive_in_the_kept_workspace(
         turn = run_turn(http, "s", "look")
         assert turn["answer"] == "[]"
         assert [f["path"] for f in http.get("/sessions/s/files").json()["items"]] == []
+
+
+def test_a_flex_turn_after_an_rlm_turn_gets_the_kernel_as_a_fresh_interpreter(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    with server_in_thread(make_settings()) as api, api.http() as http:
+        http.post("/sessions", json={"name": "s"})
+        http.post("/sessions/s/files", files={"file": ("notes.txt", b"The code is 7421.\n", "text/plain")})
+        model_server.script("root", rlm_step("Define.", "code = 7421\nSUBMIT(answer='ok')"))
+        assert run_turn(http, "s", "define")["answer"] == "ok"
+        model_server.script("root", fields_reply(reasoning="The notes state it.", answer="The code is 7421."))
+        turn = http.post("/sessions/s/turns", json={"message": "What is the code?", "mode": "flex"}).json()
+        done = run_turn_id(http, turn["id"])
+        assert done["status"] == "completed", done["error"]
+        assert done["answer"] == "The code is 7421."
+        assert http.get("/sessions/s/kernel").json()["live"] is True

@@ -193,7 +193,12 @@ class LeasedBackend(SandboxBackend):
             self.made.append(made.sandbox)
             if root:
                 self._root = made
-        return KeptSandbox(made.sandbox) if root else made.sandbox
+        if not root:
+            return made.sandbox
+        # Handed out as a fresh interpreter would be: what an earlier turn bound is not this one's.
+        made.sandbox.tools = {}
+        made.sandbox.output_fields = None
+        return KeptSandbox(made.sandbox)
 
     def unused_warm(self) -> Sandbox | None:
         with self._lock:
