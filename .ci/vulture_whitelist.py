@@ -118,3 +118,5 @@ _.reviewed_answer
 _.candidate_answer
 _.label_id  # quality.evaluation.EvalRow: in the JSON report (dataclasses.asdict)
 _.reflection_lm  # config: the [reflection_lm] section, FLEET_REFLECTION_LM_* (read by fleet optimize)
+# api.schemas.KernelOut / service.kernels.KernelStatus: a field pydantic reads off the status (asdict).
+_.idle_seconds

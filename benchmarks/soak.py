@@ -9,7 +9,9 @@ to three iterations (a sub-model call, an artifact, an execution error); a paren
 agent; a cancel while the code runs. Every ``--crash-every``-th turn the code kills its own sandbox
 worker (``import os; os._exit(3)``): those turns are deliberate and may end ``failed`` or, where the
 engine restarts a dead worker, ``completed``; the report says which. ``--lanes`` sessions run turns at
-once; each session takes ``--session-turns`` turns, so its history grows, then a new one starts.
+once; each session takes ``--session-turns`` turns, so its history grows, then a new one starts. The
+server keeps at most ``--max-kernels`` session kernels (default ``--lanes``): as many are live after
+warm-up as at the end, so a kernel kept on purpose is not counted as a leak.
 
 Every ``--checkpoint`` turns the run waits for the server to be idle (its sandbox pool refilled) and
 reads it from outside. Checked, with the exit status 1 when any check fails:
@@ -208,6 +210,7 @@ def start_server(
             "FLEET_SUB_LM_MODEL": "openai/sub",
             "FLEET_LM_NUM_RETRIES": "0",
             "FLEET_SANDBOX_POOL_SIZE": str(args.pool),
+            "FLEET_SANDBOX_MAX_KERNELS": str(args.max_kernels if args.max_kernels is not None else args.lanes),
             "XDG_CONFIG_HOME": str(home / "config"),
             "TMPDIR": str(tmpdir),
         }
@@ -373,6 +376,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=100, help="turns before the baseline reading")
     parser.add_argument("--crash-every", type=int, default=50, help="every Nth turn kills its sandbox worker (0: none)")
     parser.add_argument("--pool", type=int, default=2, help="FLEET_SANDBOX_POOL_SIZE of the server")
+    parser.add_argument(
+        "--max-kernels",
+        type=int,
+        default=None,
+        help="FLEET_SANDBOX_MAX_KERNELS of the server (default: --lanes, so the session kernels live at the "
+        "baseline and at the end are as many, and a kernel kept on purpose is not counted as a leak)",
+    )
     parser.add_argument("--turn-timeout", type=float, default=120.0, help="seconds before a turn counts as stuck")
     parser.add_argument("--fd-slack", type=int, default=2, help="file descriptors the end may hold above warm-up")
     parser.add_argument(

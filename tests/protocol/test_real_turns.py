@@ -40,6 +40,10 @@ class Scenario:
     shows: frozenset[EventType]
     files: dict[str, bytes] = field(default_factory=dict)
     cancel_after_output: str | None = None
+    earlier: tuple[dict[str, Any], ...] = ()
+    """Turns of the same session run to their end first (not checked)."""
+    restart_kernel: bool = False
+    """Restart the session's kernel after the earlier turns."""
 
 
 def _rlm(server: ScriptedModelServer) -> None:
@@ -86,6 +90,11 @@ def _flex(server: ScriptedModelServer) -> None:
 
 def _restart(server: ScriptedModelServer) -> None:
     server.script("root", rlm_step("Crash.", "import os\nos._exit(3)"), rlm_step("Again.", "SUBMIT(answer='ok')"))
+
+
+def _kernel(server: ScriptedModelServer) -> None:
+    server.script("root", rlm_step("Define.", "rows = [1, 2]\nSUBMIT(answer='defined')"))
+    server.script("root", rlm_step("Fresh.", "SUBMIT(answer=str('rows' in globals()))"))
 
 
 def _slow(server: ScriptedModelServer) -> None:
@@ -161,6 +170,14 @@ SCENARIOS = [
         frozenset({E.SANDBOX_RESTARTED, E.TURN_COMPLETED}),
     ),
     Scenario(
+        "kernel",
+        _kernel,
+        {"message": "Is rows still there?", "mode": "rlm"},
+        frozenset({E.KERNEL_EVICTED, E.KERNEL_STARTED, E.KERNEL_RESTORED, E.TURN_COMPLETED}),
+        earlier=({"message": "Define rows", "mode": "rlm"},),
+        restart_kernel=True,
+    ),
+    Scenario(
         "cancel",
         _slow,
         {"message": "Slow", "mode": "rlm"},
@@ -186,6 +203,14 @@ def stream_turn(api: RunningServer, http: httpx.Client, scenario: Scenario) -> l
     http.post("/sessions", json={"name": scenario.name}).raise_for_status()
     for name, data in scenario.files.items():
         http.post(f"/sessions/{scenario.name}/files", files={"file": (name, data)}).raise_for_status()
+    for turn in scenario.earlier:
+        earlier_id = http.post(f"/sessions/{scenario.name}/turns", json=turn).json()["id"]
+        with http.stream("GET", f"/turns/{earlier_id}/events") as stream:
+            for frame in sse_frames(stream.iter_lines()):
+                if frame.get("event") in TERMINAL_TYPES:
+                    break
+    if scenario.restart_kernel:
+        http.post(f"/sessions/{scenario.name}/kernel/restart").raise_for_status()
     submitted = http.post(f"/sessions/{scenario.name}/turns", json=scenario.turn)
     assert submitted.status_code == 202, submitted.text
     turn_id = submitted.json()["id"]

@@ -82,6 +82,9 @@ async def test_turn_sandbox_is_labelled_then_torn_down_and_symlinks_out_are_not_
     assert len(mine) == 1 and mine[0]["session"] == session.id and mine[0]["runner"] == service.runner
     done = await service.wait_for_turn(turn.id)
     assert done.status == "completed", done.error
+    # The turn's sandbox lives on as the session's kernel; a restart tears it down.
+    assert (sandboxes / mine[0]["sandbox"]).exists()
+    await service.restart_kernel("s")
     assert not (sandboxes / mine[0]["sandbox"]).exists()
     assert [r.path for r, _ in await service.list_files("s")] == ["artifacts/ok.txt"]
 

@@ -47,7 +47,8 @@ async def test_files_cross_into_and_out_of_the_sandbox_through_the_configured_ba
         backend = service.backend
         assert isinstance(backend, SeamRecordingBackend)
         assert backend.seam.pushed == ["files/data/sales.csv", "memory/MEMORIES.md"]
-        assert backend.seam.pulled == ["artifacts/count.txt"]  # never the link, nor memory/ (reviewed only)
+        # Never the link, nor memory/ (reviewed only); the kernel's snapshot crosses the same seam.
+        assert backend.seam.pulled == ["artifacts/count.txt", ".kernel/snapshot.pickle"]
         files = {record.path for record, _ in await service.list_files("s")}
         assert files == {"files/data/sales.csv", "artifacts/count.txt"}
         _, blob = await service.file_for_download("s", "artifacts/count.txt")

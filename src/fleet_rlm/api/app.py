@@ -23,7 +23,7 @@ from fleet_rlm.api.hosts import HostCheckMiddleware
 from fleet_rlm.api.mcp_http import McpEndpoint
 from fleet_rlm.api.methods import MethodTable
 from fleet_rlm.api.origins import OriginCheckMiddleware
-from fleet_rlm.api.routes import compat, files, health, memory, quality, sessions, turns
+from fleet_rlm.api.routes import compat, files, health, kernels, memory, quality, sessions, turns
 from fleet_rlm.api.text import refuse_nul_in_path
 from fleet_rlm.api.tickets import TicketBook
 from fleet_rlm.config import Settings
@@ -79,7 +79,7 @@ def create_app(settings: Settings, service: FleetService | None = None, ui_route
     install_error_handlers(app)
     contract.install(app)
     api = APIRouter(prefix=API_PREFIX, dependencies=[Depends(require_token), Depends(refuse_nul_in_path)])
-    routers = [module.router for module in (health, sessions, files, turns, memory, quality, docs)]
+    routers = [module.router for module in (health, sessions, kernels, files, turns, memory, quality, docs)]
     for router in routers:
         api.include_router(router)
     app.include_router(api)

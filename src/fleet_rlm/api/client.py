@@ -127,6 +127,13 @@ class FleetClient:
     def session(self, ref: str) -> dict[str, Any]:
         return dict(self._json("GET", f"/sessions/{ref}"))
 
+    def kernel(self, ref: str) -> dict[str, Any]:
+        """The session's kernel: live or not, idle for, memory, variables, snapshot."""
+        return dict(self._json("GET", f"/sessions/{ref}/kernel"))
+
+    def restart_kernel(self, ref: str) -> dict[str, Any]:
+        return dict(self._json("POST", f"/sessions/{ref}/kernel/restart"))
+
     def delete_session(self, ref: str) -> None:
         _check(self.http.delete(f"/sessions/{ref}"))
 

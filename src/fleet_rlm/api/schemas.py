@@ -167,9 +167,54 @@ class StreamTicket(BaseModel):
     url: str = Field(description="The event stream's path with the ticket, ready for EventSource.")
 
 
+class KernelsSummary(BaseModel):
+    live: int = Field(description="session kernels this server process keeps live")
+    memory_bytes: int = Field(description="their resident memory, idle ones included")
+
+
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
     version: str
+    kernels: KernelsSummary
+
+
+class KernelVariableOut(BaseModel):
+    name: str
+    type: str = Field(description="e.g. `DataFrame (1000, 3)`, `dict`")
+    size: int = Field(description="bytes, as estimated inside the sandbox")
+    preview: str | None = Field(description="a short repr for small values, else null")
+
+
+class LostVariableOut(BaseModel):
+    name: str
+    reason: str
+
+
+class KernelSnapshotOut(BaseModel):
+    saved: list[str] = Field(description="variables the last snapshot holds")
+    lost: list[LostVariableOut] = Field(description="variables it could not hold, and why")
+    bytes: int
+    at: float = Field(description="when it was taken (Unix seconds)")
+
+
+class KernelEndOut(BaseModel):
+    reason: Literal["idle", "lru", "restart", "server_restart", "died"]
+    detail: str
+    at: float | None
+
+
+class KernelOut(BaseModel):
+    """A session's kernel: the sandbox whose Python state lives on across its turns (docs/kernels.md)."""
+
+    live: bool = Field(description="whether a kernel is live for the session in this server process")
+    sandbox_id: str | None
+    started_at: float | None = Field(description="Unix seconds")
+    idle_seconds: float | None = Field(description="null while a turn runs on it, or when none is live")
+    busy: bool
+    memory_bytes: int | None = Field(description="resident memory of its processes")
+    variables: list[KernelVariableOut] = Field(description="its user variables, as of the end of the last turn")
+    snapshot: KernelSnapshotOut | None = Field(description="the session's last snapshot, restored into a fresh kernel")
+    ended: KernelEndOut | None = Field(description="how the last kernel ended, when none is live")
 
 
 class Check(BaseModel):

@@ -154,6 +154,21 @@ class SandboxSettings(BaseModel):
         "CPU time, seccomp) cannot be enforced here; unset: on for `fleet serve`, off for `fleet run`.",
     )
     pool_size: int = Field(default=2, ge=0, description="Sandboxes a server keeps started, ready for the next turn.")
+    max_kernels: int = Field(
+        default=8,
+        ge=0,
+        description="Session kernels (sandboxes whose Python state lives on between a session's turns) a server "
+        "keeps; past it the least recently used ends. 0: every turn starts a fresh sandbox.",
+    )
+    kernel_idle_timeout: float = Field(
+        default=900.0, gt=0, description="Seconds a session's kernel may sit idle before it ends (its memory counts)."
+    )
+    kernel_snapshot_mb: int = Field(
+        default=256,
+        ge=0,
+        description="MiB of a session's picklable variables snapshotted after each turn, restored into a fresh "
+        "kernel (inside the sandbox); 0: no snapshots.",
+    )
     packages: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Packages sandbox code can import besides the locked ones (e.g. ['six', 'xlsxwriter>=3']); "

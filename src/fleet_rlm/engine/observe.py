@@ -256,6 +256,10 @@ class ObservedSandbox:
     def _bridged_tools(self) -> dict[str, Callable[..., Any]]:
         return self._guard.bridge(self.tools)
 
+    @property
+    def usable(self) -> bool:
+        return bool(self._inner.usable)
+
     def interrupt(self) -> None:
         self._inner.interrupt()
 

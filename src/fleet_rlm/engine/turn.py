@@ -1,4 +1,5 @@
-"""One turn: a fresh ``dspy.RLM`` over the task and the workspace manifest, on a fresh sandbox.
+"""One turn: a fresh ``dspy.RLM`` over the task and the workspace manifest, on the sandbox the backend
+gives it (a fresh one, or in the server the session's kernel, whose variables live on between turns).
 
 The RLM runs on a worker thread; :meth:`Turn.run` waits for it, the turn deadline or a cancel,
 whichever comes first, and always ends the event stream with exactly one terminal event. On
@@ -90,6 +91,11 @@ class TurnRequest:
     """Where ``remember`` proposals go; None: the turn gets no ``remember`` tool."""
     program: ProgramSpec = field(default_factory=ProgramSpec)
     """The program to run: Fleet's built-in one unless an optimized one was approved."""
+    kernel: str = ""
+    """What the model is told of the session kernel's variables from earlier turns (live, restored or
+    gone), shown after the workspace manifest; empty: nothing to tell."""
+    kernel_events: list[Payload] = field(default_factory=list)
+    """``kernel.*`` events of the kernel this turn runs on, emitted right after ``turn.started``."""
 
 
 @dataclass
@@ -152,6 +158,7 @@ class Turn:
         self.trace = TurnTrace(self.emitter, self.max_iterations, guard=LoopGuard.from_settings(budget))
         self._sandboxes: list[Sandbox] = []
         self._stop = threading.Event()
+        self._program_done = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Event | None = None
         self._artifacts_before = snapshot(self.tree)
@@ -195,6 +202,8 @@ class Turn:
                 ),
             )
         )
+        for payload in self.request.kernel_events:
+            self.emitter.emit(payload)
         if not self.backend.isolated:
             self.emitter.emit(
                 TurnWarning(
@@ -232,6 +241,7 @@ class Turn:
             outcome = self._run_program()
         except BaseException as exc:  # every failure becomes a one-line reason
             outcome = self._failure(exc)
+        self._program_done = True
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # the turn already ended and its loop is closed
             self._loop.call_soon_threadsafe(_resolve, done, outcome)
@@ -249,7 +259,7 @@ class Turn:
             max_iterations=self.max_iterations,
             inputs={
                 "task": Text(self._task_text()),
-                "workspace": Text(render_manifest(build_manifest(self.tree))),
+                "workspace": Text(self._workspace_text()),
                 "history": Text(
                     render_context([(h.message, h.answer) for h in self.request.history], self.request.memory)
                 ),
@@ -321,6 +331,10 @@ class Turn:
             after_execute=self._announce_artifacts,
         )
 
+    def _workspace_text(self) -> str:
+        manifest = render_manifest(build_manifest(self.tree))
+        return f"{manifest}\n\n{self.request.kernel}" if self.request.kernel else manifest
+
     def _task_text(self) -> str:
         task = self.request.task
         if self.request.context_paths:
@@ -361,7 +375,8 @@ class Turn:
         return TurnOutcome(status=TurnStatus.FAILED, error=one_line(exc))
 
     def _finish(self, outcome: TurnOutcome) -> TurnOutcome:
-        self._kill_sandboxes()
+        if not self._program_done:  # else every sandbox was shut down, a session's kernel kept
+            self._kill_sandboxes()
         remove_volume_directory(self._scratch_root)
         if outcome.status is TurnStatus.COMPLETED:
             self._announce_artifacts()

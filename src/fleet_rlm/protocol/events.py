@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class EventType(StrEnum):
     TURN_STARTED = "turn.started"
     ROUTE_SELECTED = "route.selected"
+    KERNEL_EVICTED = "kernel.evicted"
+    KERNEL_STARTED = "kernel.started"
+    KERNEL_RESTORED = "kernel.restored"
     ITERATION_STARTED = "iteration.started"
     REASONING_DELTA = "reasoning.delta"
     CODE_DELTA = "code.delta"

@@ -119,6 +119,47 @@ class TurnStarted(Payload):
     model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
 
 
+class LostVariable(_Model):
+    name: str
+    reason: str = Field(description="why it is gone, e.g. `not picklable`, `over the snapshot budget`")
+
+
+KernelEndReason = Literal["idle", "lru", "restart", "server_restart", "died"]
+
+
+class KernelEvicted(Payload):
+    event_type = EventType.KERNEL_EVICTED
+    span = "root"
+    summary = (
+        "the session's kernel from earlier turns ended between turns (idle timeout, least recently used, "
+        "a restart, the server's restart or its worker's death); its live variables are gone"
+    )
+
+    reason: KernelEndReason
+    detail: str = Field(description="the same, in words")
+    at: float | None = Field(description="when it ended (Unix seconds); null when unknown (the server restarted)")
+
+
+class KernelStarted(Payload):
+    event_type = EventType.KERNEL_STARTED
+    span = "root"
+    summary = "a fresh kernel (a sandbox whose Python state lives on across the session's turns) was started"
+
+    sandbox_id: str
+
+
+class KernelRestored(Payload):
+    event_type = EventType.KERNEL_RESTORED
+    span = "root"
+    summary = (
+        "variables of earlier turns were loaded into the fresh kernel from the session's snapshot (inside "
+        "the sandbox); those that could not be are listed as lost, and the model is told both"
+    )
+
+    restored: list[str]
+    lost: list[LostVariable]
+
+
 class RouteSelected(Payload):
     event_type = EventType.ROUTE_SELECTED
     span = "root"
@@ -334,6 +375,9 @@ class TurnInterrupted(Payload):
 
 PAYLOADS: tuple[type[Payload], ...] = (
     TurnStarted,
+    KernelEvicted,
+    KernelStarted,
+    KernelRestored,
     RouteSelected,
     IterationStarted,
     ReasoningDelta,

@@ -117,6 +117,11 @@ class LocalSandbox:
         return self._launcher.isolated
 
     @property
+    def usable(self) -> bool:
+        worker = self._worker
+        return self._ended is None and (worker is None or worker.process.poll() is None)
+
+    @property
     def workspace_path(self) -> str:
         """The workspace's path as code in the sandbox sees it (also its working directory)."""
         return WORKSPACE_MOUNT if self._launcher.isolated else str(self.spec.workspace.resolve())

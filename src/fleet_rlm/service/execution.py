@@ -7,7 +7,9 @@ when ``capture_replays`` is on, run the engine's turn (its
 events go live to followers and are stored in batches; its ``remember`` proposals are stored as it
 makes them), then in one transaction commit the status, answer, usage, the last events with the
 terminal one, and (only when the turn completed) the artifacts it wrote. Failed or cancelled turns leave
-the session's files as they were. The sandbox is torn down whatever happens.
+the session's files as they were. The sandbox is torn down whatever happens, except the session's
+kernel (:mod:`fleet_rlm.service.kernels`): the turn runs on it, and after the commit it is kept, its
+variables listed and snapshotted, for the session's next turn.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from fleet_rlm.engine.turn import HistoryEntry, Turn, TurnOutcome, TurnRequest, 
 from fleet_rlm.protocol.events import Event, EventType, new_id
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.channel import TurnChannel
-from fleet_rlm.service.files import SessionFiles
+from fleet_rlm.service.files import SessionFiles, refresh_workspace
+from fleet_rlm.service.kernels import Kernel, KernelOpening, KernelRegistry
 from fleet_rlm.service.memory import MEMORY_FILE, MemoryBook
 from fleet_rlm.service.pool import Lease, SandboxPool
 from fleet_rlm.service.programs import served_program
@@ -71,8 +74,11 @@ class TurnExecution:
         journal: EventJournal,
         memory: MemoryBook,
         slots: asyncio.Semaphore | None = None,
+        kernels: KernelRegistry | None = None,
     ) -> None:
         self.plan = plan
+        self.kernels = kernels if kernels is not None and kernels.enabled else None
+        self.kernel: Kernel | None = None
         self.memory = memory
         self.turn_id = plan.turn.id
         self.store = store
@@ -137,7 +143,9 @@ class TurnExecution:
         finally:
             if holds_slot and self.slots is not None:
                 self.slots.release()
-            if self.lease is not None:
+            if self.lease is not None and self.kernel is not None and self.kernels is not None:
+                await self.kernels.finish(self.kernel, self.lease)
+            elif self.lease is not None:
                 await self.pool.release(self.lease)
 
     async def _wait_for_slot(self) -> bool:
@@ -157,10 +165,21 @@ class TurnExecution:
         plan = self.plan
         if self.cancel_requested:
             return self._stopped_outcome(), None
-        self.lease = await self.pool.acquire(plan.session.id, self.turn_id)
+        opening: KernelOpening | None = None
+        if self.kernels is not None:
+            self.lease, opening = await self.kernels.open(plan.session.id, self.turn_id)
+            self.kernel = opening.kernel
+        else:
+            self.lease = await self.pool.acquire(plan.session.id, self.turn_id)
         records = await self.store.list_files(plan.session.id)
         workspace = self.lease.workspace
-        placed = await asyncio.to_thread(self.files.materialize, plan.session.id, records, self.lease.files)
+        if self.kernel is not None:
+            self.kernel.placed = await asyncio.to_thread(
+                refresh_workspace, self.files, plan.session.id, records, self.lease.files, workspace, self.kernel.placed
+            )
+            placed = {path: identity[0] for path, identity in self.kernel.placed.items()}
+        else:
+            placed = await asyncio.to_thread(self.files.materialize, plan.session.id, records, self.lease.files)
         memory = await self.memory.context()
         if memory is not None:
             await asyncio.to_thread(self.lease.files.push, io.BytesIO(memory.encode()), MEMORY_FILE)
@@ -186,6 +205,8 @@ class TurnExecution:
             memory=memory,
             propose_memory=self.memory.proposals_for(plan.session.id, self.turn_id, self.loop),
             program=program,
+            kernel=opening.text if opening is not None else "",
+            kernel_events=opening.events if opening is not None else [],
         )
         if plan.settings.quality.capture_replays:
             await self._capture(request, [r for r in records if r.path in placed])

@@ -142,3 +142,42 @@ class SessionFiles:
             scratch.unlink(missing_ok=True)
             raise
         return self.blobs.adopt(session_id, scratch)
+
+
+FileIdentity = tuple[str, int, int, int]
+"""A placed file's sha256 and its size, modification time and inode right after it was placed."""
+
+
+def refresh_workspace(
+    session_files: SessionFiles,
+    session_id: str,
+    records: list[FileRecord],
+    files: WorkspaceFiles,
+    workspace: Workspace,
+    placed: Mapping[str, FileIdentity],
+) -> dict[str, FileIdentity]:
+    """Bring a kept workspace (a session kernel's) to the session's files as stored now.
+
+    What the last turn left under the stored directories that the session does not hold (a failed
+    turn's artifacts, a deleted upload, the sandbox's own writes) is removed, never through a link;
+    a stored file is pushed again unless the very file placed last time is still there unchanged.
+    Returns what is placed now, for the next turn."""
+    wanted = {r.path: r for r in records if r.origin != UNREVIEWED_ORIGIN}
+    tree = workspace.tree
+    present = {entry.rel: entry for top in STORED_DIRS for entry in tree.walk(top)}
+    for rel in present:
+        if rel not in wanted:
+            tree.remove(rel)
+    now: dict[str, FileIdentity] = {}
+    for path, record in wanted.items():
+        entry = present.get(path)
+        before = placed.get(path)
+        if entry is not None and before == (record.sha256, entry.size, entry.mtime_ns, entry.inode):
+            now[path] = before
+            continue
+        files.push(session_files.blob_path(session_id, record), path)
+        fresh = tree.entry(path)
+        if fresh is not None:
+            now[path] = (record.sha256, fresh.size, fresh.mtime_ns, fresh.inode)
+    tree.take_skipped()
+    return now

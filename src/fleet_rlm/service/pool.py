@@ -4,7 +4,9 @@ Decision: every sandbox (pooled or cold) gets its own fresh workspace volume und
 ``<data dir>/sandboxes/<sandbox id>/`` (bounded in bytes and files where the backend can). When a turn takes one, the session's files are
 copied in (see :mod:`fleet_rlm.service.files`); when the turn ends, the artifacts and memory it
 wrote are copied back into the session's blob store with the turn's commit, and the sandbox and
-its directory are torn down. A sandbox is never reused by a second turn.
+its directory are torn down, except the session's kernel (the turn's own sandbox, kept with its
+directory for the session's next turn: :mod:`fleet_rlm.service.kernels`). A sandbox is never reused
+by another session.
 
 Each directory carries ``label.json`` naming the server process (runner) and, once leased, the
 session and turn. At start-up, :meth:`SandboxPool.reap` unmounts and removes every directory whose
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
@@ -67,23 +70,82 @@ class SwitchableObserver:
 
 
 @dataclass
-class _Warm:
+class Started:
+    """A started sandbox, the observer it reports to (retargeted per turn) and its labels."""
+
     sandbox: Sandbox
     observer: SwitchableObserver
     labels: dict[str, str]
 
 
+class KeptSandbox:
+    """The session's kernel as one turn's engine holds it: everything passes through but ``shutdown``,
+    which leaves it running for the session's next turn (``dspy.RLM`` shuts down every interpreter it
+    is given). A cancel still kills it."""
+
+    def __init__(self, inner: Sandbox) -> None:
+        self._inner = inner
+
+    @property
+    def tools(self) -> dict[str, Callable[..., Any]]:
+        return self._inner.tools
+
+    @tools.setter
+    def tools(self, value: dict[str, Callable[..., Any]]) -> None:
+        self._inner.tools = value
+
+    @property
+    def output_fields(self) -> list[dict[str, Any]] | None:
+        return self._inner.output_fields
+
+    @output_fields.setter
+    def output_fields(self, value: list[dict[str, Any]] | None) -> None:
+        self._inner.output_fields = value
+
+    @property
+    def spec(self) -> SandboxSpec:
+        return self._inner.spec
+
+    @property
+    def isolated(self) -> bool:
+        return self._inner.isolated
+
+    @property
+    def usable(self) -> bool:
+        return self._inner.usable
+
+    def start(self) -> None:
+        self._inner.start()
+
+    def execute(self, code: str, variables: dict[str, Any] | None = None) -> Any:
+        return self._inner.execute(code, variables)
+
+    def interrupt(self) -> None:
+        self._inner.interrupt()
+
+    def shutdown(self) -> None:
+        return None
+
+
 class LeasedBackend(SandboxBackend):
     """What one turn's engine sees: the first ``create`` for the lease's workspace returns the
     pre-started sandbox; anything more (or with other limits) is created cold by the real backend.
-    Every sandbox made here is shut down when the lease is released."""
+    Every sandbox made here is shut down when the lease is released, but the kernel it keeps.
 
-    def __init__(self, inner: SandboxBackend, warm: _Warm | None, labels: dict[str, str]) -> None:
+    With ``kernel``, each sandbox on the lease's own workspace (the pre-started one, or one that
+    replaced it after a crash) is handed out as a :class:`KeptSandbox`, observed through a switchable
+    observer, and the last of them that still works is :meth:`kernel` once the turn ended."""
+
+    def __init__(
+        self, inner: SandboxBackend, warm: Started | None, labels: dict[str, str], *, kernel: bool = False
+    ) -> None:
         self.inner = inner
         self.name = inner.name
         self._warm = warm
         self._labels = labels
         self._lock = threading.Lock()
+        self._keeps_kernel = kernel
+        self._root: Started | None = None
         self.made: list[Sandbox] = []
 
     @property
@@ -106,28 +168,73 @@ class LeasedBackend(SandboxBackend):
     def create(self, spec: SandboxSpec) -> Sandbox:
         with self._lock:
             warm, self._warm = self._warm, None
-        if warm is not None and _same_place(warm.sandbox.spec, spec):
+            reference = warm or self._root
+        if warm is not None and _same_place(warm.sandbox.spec, spec, per_execution=self._keeps_kernel):
             warm.observer.target = spec.observer
             warm.labels.update(spec.labels)
-            sandbox = warm.sandbox
+            warm.sandbox.spec.limits = spec.limits  # the same but for this turn's per-execution limits
+            made = warm
         else:
             if warm is not None:
-                self.made.append(warm.sandbox)
-            sandbox = self.inner.create(
-                SandboxSpec(spec.workspace, spec.limits, {**self._labels, **spec.labels}, spec.observer)
+                with self._lock:
+                    self.made.append(warm.sandbox)
+            labels = {**self._labels, **spec.labels}
+            observer = SwitchableObserver()
+            observer.target = spec.observer
+            made = Started(
+                self.inner.create(SandboxSpec(spec.workspace, spec.limits, labels, observer)), observer, labels
             )
+        root = (
+            self._keeps_kernel
+            and reference is not None
+            and made.sandbox.spec.workspace.resolve() == reference.sandbox.spec.workspace.resolve()
+        )
         with self._lock:
-            self.made.append(sandbox)
-        return sandbox
+            self.made.append(made.sandbox)
+            if root:
+                self._root = made
+        if not root:
+            return made.sandbox
+        # Handed out as a fresh interpreter would be: what an earlier turn bound is not this one's.
+        made.sandbox.tools = {}
+        made.sandbox.output_fields = None
+        return KeptSandbox(made.sandbox)
 
     def unused_warm(self) -> Sandbox | None:
         with self._lock:
             warm, self._warm = self._warm, None
         return warm.sandbox if warm is not None else None
 
+    def peek_warm(self) -> Started | None:
+        with self._lock:
+            return self._warm
 
-def _same_place(started: SandboxSpec, wanted: SandboxSpec) -> bool:
-    return started.workspace.resolve() == wanted.workspace.resolve() and started.limits == wanted.limits
+    def offer(self, warm: Started) -> None:
+        """Hand out ``warm`` at the first create on its workspace (a sandbox started for the lease)."""
+        with self._lock:
+            self._warm = warm
+
+    def kernel(self) -> Started | None:
+        """The sandbox to keep as the session's kernel once the turn ended: the last one made on the
+        lease's workspace, or the pre-started one if the turn never took it, when it still works."""
+        with self._lock:
+            candidate = self._root or self._warm
+        if candidate is None or not candidate.sandbox.usable:
+            return None
+        return candidate
+
+
+def _same_place(started: SandboxSpec, wanted: SandboxSpec, *, per_execution: bool = False) -> bool:
+    """Whether a sandbox started for ``started`` serves ``wanted``; with ``per_execution``, limits
+    that apply per execution (timeout, output) may differ, as a kernel's next turn may set them."""
+    limits = wanted.limits
+    if per_execution:
+        limits = dataclasses.replace(
+            limits,
+            execution_timeout=started.limits.execution_timeout,
+            max_output_chars=started.limits.max_output_chars,
+        )
+    return started.workspace.resolve() == wanted.workspace.resolve() and started.limits == limits
 
 
 @dataclass
@@ -151,7 +258,7 @@ class SandboxPool:
         self.size = size
         self.limits = limits
         self.runner = runner
-        self._idle: list[tuple[str, _Warm]] = []
+        self._idle: list[tuple[str, Started]] = []
         self._starting = 0
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -191,7 +298,9 @@ class SandboxPool:
 
     # Leasing ----------------------------------------------------------------------------------
 
-    async def acquire(self, session_id: str, turn_id: str) -> Lease:
+    async def acquire(self, session_id: str, turn_id: str, *, kernel: bool = False) -> Lease:
+        """A fresh sandbox's lease (pre-started when the pool has one); with ``kernel``, the turn's own
+        sandbox is handed out to be kept as the session's kernel (see :class:`LeasedBackend`)."""
         labels = {"runner": self.runner, "session": session_id, "turn": turn_id}
         if self._idle:
             sandbox_id, warm = self._idle.pop(0)
@@ -211,7 +320,7 @@ class SandboxPool:
         # Starting a sandbox forks this (large) process; done at once it would slow the turn that
         # just took one, so the pool refills a moment later.
         asyncio.get_running_loop().call_later(REFILL_DELAY_SECONDS, self._refill)
-        backend = LeasedBackend(self.backend, warm, labels)
+        backend = LeasedBackend(self.backend, warm, labels, kernel=kernel)
         return Lease(
             sandbox_id=sandbox_id,
             directory=directory,
@@ -224,24 +333,67 @@ class SandboxPool:
             labels=labels,
         )
 
-    async def release(self, lease: Lease) -> None:
-        """Tear down every sandbox the lease's turn used and remove its directory."""
+    def lease_on(self, session_id: str, turn_id: str, sandbox_id: str, workspace: Workspace, kept: Started) -> Lease:
+        """The lease of a turn on its session's live kernel ``kept`` (its sandbox and directory)."""
+        labels = {"runner": self.runner, "session": session_id, "turn": turn_id}
+        directory = self.root / sandbox_id
+        _write_label(directory, {**labels, "sandbox": sandbox_id})
+        kept.labels.update(labels)
+        backend = LeasedBackend(self.backend, kept, labels, kernel=True)
+        return Lease(
+            sandbox_id=sandbox_id,
+            directory=directory,
+            workspace=workspace,
+            backend=backend,
+            files=backend.workspace_files(workspace.root),
+            session_id=session_id,
+            turn_id=turn_id,
+            warm=True,
+            labels=labels,
+        )
+
+    async def release(self, lease: Lease, *, keep: Sandbox | None = None) -> None:
+        """Tear down every sandbox the lease's turn used and remove its directory; with ``keep`` (the
+        session's kernel), that sandbox and the directory stay."""
         sandboxes = list(lease.backend.made)
         unused = lease.backend.unused_warm()
         if unused is not None:
             sandboxes.append(unused)
-        await self._destroy(lease.sandbox_id, sandboxes)
+        await self._destroy(lease.sandbox_id, [s for s in sandboxes if s is not keep], remove=keep is None)
 
-    async def _destroy(self, sandbox_id: str, sandboxes: list[Sandbox]) -> None:
+    async def destroy(self, sandbox_id: str, sandboxes: list[Sandbox]) -> None:
+        """Shut ``sandboxes`` down and remove the directory ``sandbox_id`` (a kernel that ended)."""
+        await self._destroy(sandbox_id, sandboxes)
+
+    async def _destroy(self, sandbox_id: str, sandboxes: list[Sandbox], *, remove: bool = True) -> None:
         def teardown() -> None:
             for sandbox in sandboxes:
                 try:
                     sandbox.shutdown()
                 except Exception as exc:
                     log.warning("sandbox %s: shutdown failed: %s", sandbox_id, exc)
-            remove_volume_directory(self.root / sandbox_id)
+            if remove:
+                remove_volume_directory(self.root / sandbox_id)
 
         await asyncio.to_thread(teardown)
+
+    def start_kernel(self, lease: Lease) -> Started:
+        """The lease's pre-started sandbox, or one started now on its workspace (a cold lease): the
+        session's new kernel, started before the turn so a snapshot can be restored into it."""
+        warm = lease.backend.peek_warm()
+        if warm is not None:
+            return warm
+        observer = SwitchableObserver()
+        spec = SandboxSpec(lease.workspace.root, self.limits, dict(lease.labels), observer)
+        sandbox = SandboxFactory(self.backend, spec)()
+        try:
+            sandbox.start()
+        except BaseException:
+            sandbox.shutdown()
+            raise
+        warm = Started(sandbox, observer, dict(lease.labels))
+        lease.backend.offer(warm)
+        return warm
 
     # Warm sandboxes ---------------------------------------------------------------------------
 
@@ -270,7 +422,7 @@ class SandboxPool:
         self.last_error = None
         self._idle.append((sandbox_id, warm))
 
-    def _start_warm(self, sandbox_id: str, directory: Path) -> _Warm:
+    def _start_warm(self, sandbox_id: str, directory: Path) -> Started:
         volume = self.backend.workspace_volume(directory, self.limits)
         workspace = Workspace.create(volume.workspace, mode=SHARED_DIR_MODE)
         labels = {"runner": self.runner, "sandbox": sandbox_id}
@@ -278,7 +430,7 @@ class SandboxPool:
         observer = SwitchableObserver()
         sandbox = SandboxFactory(self.backend, SandboxSpec(workspace.root, self.limits, labels, observer))()
         sandbox.start()
-        return _Warm(sandbox, observer, labels)
+        return Started(sandbox, observer, labels)
 
 
 def _write_label(directory: Path, label: dict[str, str]) -> None:

@@ -25,6 +25,7 @@ from fleet_rlm.service import archive
 from fleet_rlm.service.channel import ChannelRegistry
 from fleet_rlm.service.execution import TurnExecution, TurnPlan
 from fleet_rlm.service.files import SessionFiles, clean_path, stored_path
+from fleet_rlm.service.kernels import KernelRegistry, KernelStatus
 from fleet_rlm.service.memory import MemoryBook
 from fleet_rlm.service.overrides import check_session_settings, effective_settings
 from fleet_rlm.service.pool import SandboxPool
@@ -105,6 +106,14 @@ class FleetService:
         self._sandbox_ok_until = 0.0
         self._slots: asyncio.Semaphore | None = None
         self._cleanups: set[asyncio.Task[None]] = set()
+        self._kernels: KernelRegistry | None = None
+
+    @property
+    def kernels(self) -> KernelRegistry:
+        """The session kernels this process keeps live between turns (docs/kernels.md)."""
+        if self._kernels is None:
+            self._kernels = KernelRegistry(self.pool, self.blobs.root, self.settings.sandbox)
+        return self._kernels
 
     @property
     def backend(self) -> SandboxBackend:
@@ -140,6 +149,7 @@ class FleetService:
             await self._collect_garbage()
             await self._prepare_backend()
             self.pool.start()
+            self.kernels.start()
 
     async def _prepare_backend(self) -> None:
         """Build what sandboxes need (the sandbox environment) before the pool starts any; a failure is
@@ -169,6 +179,8 @@ class FleetService:
         if self._cleanups:
             await asyncio.wait(list(self._cleanups), timeout=SHUTDOWN_GRACE_SECONDS)
         await self.journal.close()
+        if self._kernels is not None:
+            await self._kernels.close()
         if self._pool is not None:
             await self._pool.close()
         await self.database.dispose()
@@ -242,8 +254,28 @@ class FleetService:
 
     async def delete_session(self, ref: str) -> SessionRecord:
         record = await self.store.delete_session(ref)
+        if self._kernels is not None:
+            await self._kernels.forget(record.id)
         await asyncio.to_thread(self.blobs.remove_session, record.id)
         return record
+
+    # Kernels ----------------------------------------------------------------------------------
+
+    async def kernel_status(self, ref: str) -> KernelStatus:
+        """The session's kernel: live or not, since when, idle for, memory, variables, snapshot."""
+        session = await self.store.get_session(ref)
+        await self.kernels.settled(session.id)
+        return await asyncio.to_thread(self.kernels.status, session.id)
+
+    def kernel_summary(self) -> tuple[int, int]:
+        """How many session kernels are live in this process, and their resident memory in bytes."""
+        return self._kernels.summary() if self._kernels is not None else (0, 0)
+
+    async def restart_kernel(self, ref: str) -> KernelStatus:
+        """End the session's kernel and drop its snapshot (Conflict while a turn runs on it)."""
+        session = await self.store.get_session(ref)
+        await self.kernels.restart(session.id)
+        return await asyncio.to_thread(self.kernels.status, session.id)
 
     # Files ------------------------------------------------------------------------------------
 
@@ -334,7 +366,15 @@ class FleetService:
             plan = TurnPlan(turn=turn, session=session, settings=settings, history=submission.history)
             channel = self.channels.open(turn.id)
             execution = TurnExecution(
-                plan, self.store, self.files, self.pool, channel, self.journal, self.memory, self._running_slots()
+                plan,
+                self.store,
+                self.files,
+                self.pool,
+                channel,
+                self.journal,
+                self.memory,
+                self._running_slots(),
+                kernels=self.kernels,
             )
             self.executions[turn.id] = execution
             execution.start().add_done_callback(lambda _task: self._forget(turn.id))

@@ -12,7 +12,7 @@ from fleet_rlm.protocol.schema import validate_event
 
 ROOT = "span_root"
 STARTED: dict[str, Any] = {
-    "schema": 3,
+    "schema": 4,
     "task": "Sum revenue",
     "context_paths": [],
     "mode": "rlm",

@@ -181,3 +181,30 @@ def test_attach_directories_and_get_refuses_corrupted_bytes(
     assert shown[0].endswith("; nothing saved")
     assert not (tmp_path / "copy.txt").exists() and not (tmp_path / "copy.txt.partial").exists()
     assert chat.run("/get data/a.txt nowhere/x.txt") == [f"/get: no directory {tmp_path / 'nowhere'} to save into"]
+
+
+def test_kernel_shows_the_live_state_and_restart_ends_it(chat: Chat, model_server: ScriptedModelServer) -> None:
+    assert chat.run("/kernel") == ["no live kernel; the next turn starts one"]
+    model_server.script("root", rlm_step("Define.", "totals = {'north': 170}\nSUBMIT(answer='ok')"))
+    chat.run("define totals")
+    shown = chat.run("/kernel")
+    assert shown[0].startswith("kernel sbx_") and ": live, idle for " in shown[0] and "memory " in shown[0]
+    assert any(line.split()[:2] == ["totals", "dict"] and "{'north': 170}" in line for line in shown)
+    assert shown[-1].startswith("snapshot: 1 variables, ")
+    assert chat.run("/restart") == ["kernel restarted: the next turn starts from a fresh Python state"]
+    assert (
+        chat.run("/kernel")[0] == "no live kernel (the last one ended: restarted on request); the next turn starts one"
+    )
+
+
+def test_child_agents_get_fresh_sandboxes_while_the_parent_keeps_its_kernel(
+    chat: Chat, model_server: ScriptedModelServer
+) -> None:
+    model_server.script_for_task("root", "FIRST", rlm_step("Define.", "secret = 41\nSUBMIT(answer='ok')"))
+    chat.run("FIRST: define")
+    parent = "r = spawn_agent('child CHILD look')\nSUBMIT(answer=f\"{secret + 1} {r['answer']}\")"
+    child = "SUBMIT(answer=str('secret' in globals()))"
+    model_server.script_for_task("root", "PARENT", rlm_step("Delegate.", parent))
+    model_server.script_for_task("root", "CHILD", rlm_step("Look.", child))
+    chat.run("PARENT: delegate")
+    assert chat.client.turns("work")[-1]["answer"] == "42 False"

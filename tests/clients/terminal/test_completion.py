@@ -23,7 +23,8 @@ def completer() -> ChatCompleter:
 
 def test_commands_complete_from_their_prefix(completer: ChatCompleter) -> None:
     assert complete(completer, "/a") == ["/attach", "/artifacts"]
-    assert complete(completer, "/re") == ["/resume"]
+    assert complete(completer, "/re") == ["/resume", "/restart"]
+    assert complete(completer, "/k") == ["/kernel"]
     assert complete(completer, "plain text /a") == []
 
 

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from fleet_rlm.api.deps import Service
-from fleet_rlm.api.schemas import Check, Health, Ready
+from fleet_rlm.api.schemas import Check, Health, KernelsSummary, Ready
 
 router = APIRouter(tags=["health"])
 
@@ -19,9 +19,10 @@ def _version() -> str:
 
 
 @router.get("/health", response_model=Health)
-async def health() -> Health:
-    """The process is up."""
-    return Health(version=_version())
+async def health(service: Service) -> Health:
+    """The process is up; with the session kernels it keeps live and their memory."""
+    live, memory = service.kernel_summary()
+    return Health(version=_version(), kernels=KernelsSummary(live=live, memory_bytes=memory))
 
 
 @router.get("/ready", response_model=Ready, responses={503: {"model": Ready}})

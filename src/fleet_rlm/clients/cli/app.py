@@ -142,6 +142,7 @@ def doctor(
         checks.append(doctor_checks.check_sandbox(settings))
         checks.extend(doctor_checks.check_limits(settings))
         checks.append(doctor_checks.check_model(settings))
+        checks.append(doctor_checks.check_kernels(settings))
     for check in checks:
         _print_check(console, check)
     if smoke and settings is not None:

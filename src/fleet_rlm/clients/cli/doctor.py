@@ -16,6 +16,7 @@ from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.sandbox.registry import UnknownSandboxBackend, backend_names, configured_backend
+from fleet_rlm.workspace.manifest import human_size
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,28 @@ def check_model(settings: Settings) -> Check:
     if response.status_code >= 500:
         return Check("model endpoint", False, f"{url} answered {response.status_code}", "check the model server")
     return Check("model endpoint", True, f"{url} answered {response.status_code}")
+
+
+def check_kernels(settings: Settings) -> Check:
+    """The session kernels of the server these settings name, as its health endpoint reports them."""
+    server = settings.server
+    host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
+    url = f"http://{host}:{server.port}/api/v1/health"
+    limits = (
+        f"at most {settings.sandbox.max_kernels}, idle timeout {settings.sandbox.kernel_idle_timeout:g}s"
+        if settings.sandbox.max_kernels
+        else "off (sandbox.max_kernels = 0)"
+    )
+    headers = {}
+    if server.api_token is not None:
+        headers["Authorization"] = f"Bearer {server.api_token.get_secret_value()}"
+    try:
+        response = httpx.get(url, headers=headers, timeout=3.0)
+        kernels = response.json()["kernels"]
+        live, memory = int(kernels["live"]), int(kernels["memory_bytes"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return Check("kernels", True, f"no Fleet server answers at {url}; kernels: {limits}", warn=True)
+    return Check("kernels", True, f"{live} live on the server at {url}, {human_size(memory)} resident; {limits}")
 
 
 SMOKE_CSV = "region,revenue\nnorth,10\nsouth,32\nnorth,5\n"

@@ -277,6 +277,42 @@ def do_cancel(state: ChatState, _args: tuple[str, ...]) -> None:
     state.say(f"cancelling turn #{running[-1]['position']}", "yellow")
 
 
+def do_kernel(state: ChatState, _args: tuple[str, ...]) -> None:
+    kernel = state.client.kernel(state.session_id)
+    if kernel["live"]:
+        idle = "running a turn" if kernel["busy"] else f"idle for {kernel['idle_seconds']:.0f}s"
+        memory = human_size(int(kernel["memory_bytes"])) if kernel["memory_bytes"] is not None else "unknown"
+        state.say(f"kernel {kernel['sandbox_id']}: live, {idle}, memory {memory}", "green")
+    else:
+        ended = kernel.get("ended")
+        why = f" (the last one ended: {ended['detail']})" if ended else ""
+        state.say(f"no live kernel{why}; the next turn starts one", "yellow")
+    if kernel["variables"]:
+        table = Table("variable", "type", "size", "preview", box=None, padding=(0, 2), pad_edge=False)
+        for variable in kernel["variables"]:
+            preview_text = variable["preview"] or ""
+            table.add_row(
+                Text(variable["name"]), Text(variable["type"]), human_size(int(variable["size"])), Text(preview_text)
+            )
+        state.console.print(table)
+    snapshot = kernel.get("snapshot")
+    if snapshot:
+        lost = ", ".join(f"{item['name']} ({item['reason']})" for item in snapshot["lost"]) or "nothing"
+        state.say(
+            f"snapshot: {len(snapshot['saved'])} variables, {human_size(int(snapshot['bytes']))}; not kept: {lost}"
+        )
+
+
+def do_restart(state: ChatState, _args: tuple[str, ...]) -> None:
+    try:
+        state.client.restart_kernel(state.session_id)
+    except ApiFailure as exc:
+        if exc.status == 409:
+            raise CommandError("/restart: a turn is running on the kernel; /cancel it first") from None
+        raise
+    state.say("kernel restarted: the next turn starts from a fresh Python state", "yellow")
+
+
 def do_quit(_state: ChatState, _args: tuple[str, ...]) -> None:
     raise Quit
 
@@ -296,6 +332,8 @@ HANDLERS: dict[str, Callable[[ChatState, tuple[str, ...]], None]] = {
     "resume": do_resume,
     "new": do_new,
     "cancel": do_cancel,
+    "kernel": do_kernel,
+    "restart": do_restart,
     "quit": do_quit,
 }
 

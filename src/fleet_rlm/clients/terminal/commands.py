@@ -90,6 +90,8 @@ COMMANDS: dict[str, CommandSpec] = {
         CommandSpec("resume", "/resume NAME_OR_ID", "switch to another session", (ArgKind.SESSION,), 1, 1),
         CommandSpec("new", "/new [NAME]", "start a new session", (ArgKind.TEXT,), 0, 1),
         CommandSpec("cancel", "/cancel", "cancel the session's running turn"),
+        CommandSpec("kernel", "/kernel", "the session's live Python state: variables, memory, idle time"),
+        CommandSpec("restart", "/restart", "restart the session's kernel (its variables and snapshot go)"),
         CommandSpec("quit", "/quit", "leave (Ctrl-D does too)"),
     )
 }

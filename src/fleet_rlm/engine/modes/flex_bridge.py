@@ -104,6 +104,10 @@ class ValueReturningSandbox:
                     return value[_TRAILING_VALUE_KEY]
         return result
 
+    @property
+    def usable(self) -> bool:
+        return bool(self._inner.usable)
+
     def interrupt(self) -> None:
         self._inner.interrupt()
 

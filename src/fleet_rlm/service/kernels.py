@@ -1,0 +1,422 @@
+"""Session kernels: one sandbox per session whose Python state lives on across its turns (docs/kernels.md).
+
+A session's first turn takes a sandbox as usual; when the turn ends, that sandbox and its workspace
+directory are kept (not torn down) as the session's *kernel*, and its next turn runs on it: the
+variables, imports and functions of earlier turns are still there, the session's files are
+refreshed in its workspace, and each turn binds its own tools, budgets and ``SUBMIT``.
+
+Bounded: a kernel idle for ``kernel_idle_timeout`` ends, and past ``max_kernels`` the least recently
+used idle one ends; its memory counts against its sandbox's limits while it waits. Lost state is said:
+after each turn the kernel lists its variables and, inside the sandbox, pickles those that fit
+``kernel_snapshot_mb`` into a file the host copies, as opaque bytes, into the session's storage
+(``sessions/<id>/kernel/``). When the next turn finds no live kernel (evicted, timed out, restarted,
+cancelled, its worker died, the server restarted), a fresh kernel loads that file (again inside the
+sandbox: the host never unpickles) and the model is told what was restored and what is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import psutil
+from dspy.primitives import CodeInterpreterError
+
+from fleet_rlm.config import SandboxSettings
+from fleet_rlm.protocol.payloads import (
+    KernelEndReason,
+    KernelEvicted,
+    KernelRestored,
+    KernelStarted,
+    LostVariable,
+    Payload,
+)
+from fleet_rlm.sandbox import kernel_code
+from fleet_rlm.sandbox.kernel_code import KernelReport, KernelVariableInfo, Lost
+from fleet_rlm.service.files import FileIdentity
+from fleet_rlm.service.kernel_text import live_text, restored_text
+from fleet_rlm.service.pool import Lease, SandboxPool, Started
+from fleet_rlm.store import Conflict
+from fleet_rlm.workspace.layout import Workspace
+from fleet_rlm.workspace.tree import UnsafeEntry
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+SNAPSHOT_FILE = "snapshot.pickle"
+EXCLUDED_NAMES = frozenset({"SUBMIT", "task", "workspace", "history", "dspy"})
+"""Names every turn binds itself (its inputs, ``SUBMIT``); its tools are excluded by name too."""
+REASON_WORDS = {
+    "idle": "it was idle longer than the idle timeout",
+    "lru": "the server keeps a limited number of kernels and this one was the least recently used",
+    "restart": "it was restarted on request",
+    "server_restart": "the server restarted",
+    "died": "its worker ended (a cancel, a crash or a limit)",
+}
+
+
+@dataclass
+class Kernel:
+    """A session's live kernel: its sandbox (started), directory and what the host knows of it."""
+
+    session_id: str
+    sandbox_id: str
+    workspace: Workspace
+    started: Started
+    started_at: float = field(default_factory=time.time)
+    idle_since: float | None = field(default_factory=time.time)
+    """Wall-clock time it became idle; None while a turn (or its snapshot) runs on it."""
+    variables: list[KernelVariableInfo] = field(default_factory=list)
+    placed: dict[str, FileIdentity] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by a turn on the kernel and then by its snapshot."""
+    turn_running: bool = False
+
+    @property
+    def busy(self) -> bool:
+        """A turn runs on it, or its snapshot is being taken: not to be ended now."""
+        return self.idle_since is None or self.lock.locked()
+
+    def memory_bytes(self) -> int | None:
+        """Resident memory of the kernel's processes (its worker and what it started), or None."""
+        pid = getattr(self.started.sandbox, "worker_pid", None)
+        if not isinstance(pid, int):
+            return None
+        try:
+            root = psutil.Process(pid)
+            processes = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return None
+        total = 0
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                total += process.memory_info().rss
+        return total
+
+
+@dataclass
+class KernelOpening:
+    """What a turn learns of its kernel as it starts: the events to emit and what the model is told."""
+
+    kernel: Kernel
+    events: list[Payload]
+    text: str
+
+
+@dataclass
+class KernelStatus:
+    live: bool
+    sandbox_id: str | None = None
+    started_at: float | None = None
+    idle_seconds: float | None = None
+    busy: bool = False
+    memory_bytes: int | None = None
+    variables: list[KernelVariableInfo] = field(default_factory=list)
+    snapshot: dict[str, Any] | None = None
+    ended: dict[str, Any] | None = None
+
+
+class KernelRegistry:
+    """The live kernels of this server process, by session, least recently used first."""
+
+    def __init__(self, pool: SandboxPool, sessions_root: Path, settings: SandboxSettings) -> None:
+        self.pool = pool
+        self.sessions_root = sessions_root
+        self.settings = settings
+        self.live: OrderedDict[str, Kernel] = OrderedDict()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.max_kernels > 0
+
+    # Lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.enabled and self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep(), name="kernel-idle-sweeper")
+
+    async def close(self) -> None:
+        """End every kernel (the server stops); their snapshots stay for the next server."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for kernel in list(self.live.values()):
+            await self._end(kernel, "server_restart", "the server stopped")
+
+    async def _sweep(self) -> None:
+        period = min(30.0, max(0.2, self.settings.kernel_idle_timeout / 4))
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.evict_idle()
+            except Exception:
+                log.exception("kernel idle sweep failed")
+
+    async def evict_idle(self) -> None:
+        now = time.time()
+        for kernel in list(self.live.values()):
+            if not kernel.busy and now - (kernel.idle_since or now) >= self.settings.kernel_idle_timeout:
+                minutes = self.settings.kernel_idle_timeout / 60
+                await self._end(kernel, "idle", f"idle for more than {minutes:g} minutes")
+
+    async def _evict_over_limit(self, keep: int) -> None:
+        """End least recently used idle kernels until at most ``keep`` are live."""
+        for kernel in list(self.live.values()):
+            if len(self.live) <= keep:
+                return
+            if not kernel.busy:
+                await self._end(kernel, "lru", f"more than {self.settings.max_kernels} kernels were live")
+
+    async def _end(self, kernel: Kernel, reason: str, detail: str, *, forget_snapshot: bool = False) -> None:
+        if self.live.get(kernel.session_id) is kernel:
+            del self.live[kernel.session_id]
+        state = self._read_state(kernel.session_id)
+        state["ended"] = {"reason": reason, "detail": detail, "at": time.time()}
+        if forget_snapshot:
+            state.pop("snapshot", None)
+            state["variables"] = [v.to_dict() for v in kernel.variables]
+            self._snapshot_path(kernel.session_id).unlink(missing_ok=True)
+        self._write_state(kernel.session_id, state)
+        log.info("kernel of session %s ended: %s", kernel.session_id, detail)
+        await self.pool.destroy(kernel.sandbox_id, [kernel.started.sandbox])
+
+    # A turn's kernel --------------------------------------------------------------------------
+
+    async def open(self, session_id: str, turn_id: str) -> tuple[Lease, KernelOpening]:
+        """The lease of a turn on its session's kernel: the live one, else a fresh one into which
+        the session's snapshot is restored. Waits while the last turn's snapshot is still written."""
+        kernel = self.live.get(session_id)
+        if kernel is not None:
+            await kernel.lock.acquire()
+            if self.live.get(session_id) is kernel and kernel.started.sandbox.usable:
+                kernel.idle_since = None
+                kernel.turn_running = True
+                self.live.move_to_end(session_id)
+                lease = self.pool.lease_on(session_id, turn_id, kernel.sandbox_id, kernel.workspace, kernel.started)
+                return lease, KernelOpening(kernel, [], live_text(kernel.variables))
+            kernel.lock.release()
+            if self.live.get(session_id) is kernel:
+                await self._end(kernel, "died", "its worker ended while it was idle")
+        await self._evict_over_limit(self.settings.max_kernels - 1)
+        lease = await self.pool.acquire(session_id, turn_id, kernel=True)
+        try:
+            started = await asyncio.to_thread(self.pool.start_kernel, lease)
+        except BaseException:
+            await self.pool.release(lease)
+            raise
+        kernel = Kernel(session_id, lease.sandbox_id, lease.workspace, started, idle_since=None, turn_running=True)
+        await kernel.lock.acquire()
+        self.live[session_id] = kernel
+        events: list[Payload] = []
+        state = self._read_state(session_id)
+        ended = state.get("ended")
+        known = state.get("variables") or []
+        if known or state.get("snapshot"):
+            reason, detail, at = _ending(ended)
+            events.append(KernelEvicted(reason=cast(KernelEndReason, reason), detail=detail, at=at))
+        events.append(KernelStarted(sandbox_id=lease.sandbox_id))
+        restored = KernelReport()
+        if state.get("snapshot") and self._snapshot_path(session_id).is_file():
+            saved = kernel_code.parse_report({"saved": state["snapshot"].get("saved")}).saved
+            restored = await asyncio.to_thread(self._restore, lease, kernel, saved)
+        lost = _lost_after_restore(known, state.get("snapshot") or {}, restored)
+        if known or restored.restored:
+            events.append(
+                KernelRestored(
+                    restored=restored.restored,
+                    lost=[LostVariable(name=item.name, reason=item.reason) for item in lost],
+                )
+            )
+            kernel.variables = [v for v in _infos(known) if v.name in set(restored.restored)]
+        text = restored_text(kernel.variables, lost, _ending(ended)[1]) if known else ""
+        state["ended"] = None
+        state["runner"] = self.pool.runner
+        self._write_state(session_id, state)
+        return lease, KernelOpening(kernel, events, text)
+
+    def _restore(self, lease: Lease, kernel: Kernel, saved: list[str]) -> KernelReport:
+        source = self._snapshot_path(kernel.session_id)
+        try:
+            lease.files.push(source, kernel_code.SNAPSHOT_REL)
+            return kernel_code.restore(kernel.started.sandbox)
+        except (OSError, CodeInterpreterError, SyntaxError) as exc:
+            log.warning("session %s: the snapshot could not be restored: %s", kernel.session_id, exc)
+            why = f"the snapshot could not be loaded ({type(exc).__name__})"
+            return KernelReport(lost=[Lost(name, why) for name in saved])
+
+    async def finish(self, kernel: Kernel, lease: Lease) -> None:
+        """After a turn (its end committed): keep the kernel when its sandbox still works, list its
+        variables and snapshot them; else it ended (a cancel, a crash) and its directory goes."""
+        kernel.turn_running = False
+        kernel.idle_since = time.time()
+        try:
+            kept = lease.backend.kernel()
+            await self.pool.release(lease, keep=kept.sandbox if kept is not None else None)
+            if kept is None:
+                if self.live.get(kernel.session_id) is kernel:
+                    del self.live[kernel.session_id]
+                state = self._read_state(kernel.session_id)
+                state["ended"] = {"reason": "died", "detail": "its worker ended during the turn", "at": time.time()}
+                self._write_state(kernel.session_id, state)
+                return
+            kept.observer.target = None
+            kernel.started = kept
+            await asyncio.to_thread(self._snapshot, kernel, lease, set(EXCLUDED_NAMES))
+        finally:
+            kernel.lock.release()
+        await self._evict_over_limit(self.settings.max_kernels)
+
+    def _snapshot(self, kernel: Kernel, lease: Lease, exclude: set[str]) -> None:
+        budget = self.settings.kernel_snapshot_mb * 1024 * 1024
+        try:
+            found = kernel_code.report(kernel.started.sandbox, exclude, snapshot_budget=budget or None)
+        except (CodeInterpreterError, SyntaxError) as exc:
+            log.warning("session %s: the kernel could not list its variables: %s", kernel.session_id, exc)
+            return
+        kernel.variables = found.variables
+        state = self._read_state(kernel.session_id)
+        state["variables"] = [v.to_dict() for v in found.variables]
+        state["modules"] = found.modules
+        state["ended"] = None
+        state["runner"] = self.pool.runner
+        if budget:
+            state["snapshot"] = self._take_snapshot(kernel, lease, found, budget)
+        self._write_state(kernel.session_id, state)
+
+    def _take_snapshot(self, kernel: Kernel, lease: Lease, found: KernelReport, budget: int) -> dict[str, Any] | None:
+        target = self._snapshot_path(kernel.session_id)
+        entry = kernel.workspace.tree.entry(kernel_code.SNAPSHOT_REL)
+        try:
+            if entry is None:  # not written, or not a regular file: nothing is taken
+                return None
+            if entry.size > budget + 16 * 1024 * 1024:  # names, framing, module list
+                log.warning("session %s: a snapshot of %d bytes is over its budget", kernel.session_id, entry.size)
+                return None
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temp = target.with_suffix(".tmp")
+            lease.files.pull(kernel_code.SNAPSHOT_REL, temp)
+            os.replace(temp, target)
+        except (OSError, UnsafeEntry) as exc:
+            log.warning("session %s: the snapshot could not be taken: %s", kernel.session_id, exc)
+            return None
+        finally:
+            kernel.workspace.tree.remove(kernel_code.SNAPSHOT_REL)
+        return {
+            "saved": found.saved,
+            "lost": [item.to_dict() for item in found.lost],
+            "bytes": entry.size,
+            "at": time.time(),
+        }
+
+    # Control ----------------------------------------------------------------------------------
+
+    async def restart(self, session_id: str) -> None:
+        """End the session's kernel and drop its snapshot: its next turn starts from nothing and is
+        told its variables are gone. Conflict while a turn runs on it."""
+        kernel = self.live.get(session_id)
+        if kernel is None:
+            state = self._read_state(session_id)
+            if state.get("snapshot") or state.get("variables"):
+                state.pop("snapshot", None)
+                state["ended"] = {"reason": "restart", "detail": "restarted on request", "at": time.time()}
+                self._write_state(session_id, state)
+                self._snapshot_path(session_id).unlink(missing_ok=True)
+            return
+        if kernel.turn_running:
+            raise Conflict("a turn is running on this session's kernel; cancel it first", code="kernel_busy")
+        async with kernel.lock:  # the last turn's snapshot is still being written
+            if kernel.turn_running:
+                raise Conflict("a turn is running on this session's kernel; cancel it first", code="kernel_busy")
+            if self.live.get(session_id) is kernel:
+                await self._end(kernel, "restart", "restarted on request", forget_snapshot=True)
+
+    async def forget(self, session_id: str) -> None:
+        """The session was deleted: end its kernel (its storage goes with the session)."""
+        kernel = self.live.pop(session_id, None)
+        if kernel is not None:
+            await self.pool.destroy(kernel.sandbox_id, [kernel.started.sandbox])
+
+    async def settled(self, session_id: str) -> None:
+        """Wait until the last turn's snapshot of the session's kernel is taken (not for a turn)."""
+        kernel = self.live.get(session_id)
+        if kernel is not None and not kernel.turn_running:
+            async with kernel.lock:
+                pass
+
+    def status(self, session_id: str) -> KernelStatus:
+        state = self._read_state(session_id)
+        snapshot = state.get("snapshot")
+        kernel = self.live.get(session_id)
+        if kernel is None:
+            return KernelStatus(live=False, snapshot=snapshot, ended=state.get("ended"), variables=[])
+        idle = None if kernel.turn_running or kernel.idle_since is None else max(0.0, time.time() - kernel.idle_since)
+        return KernelStatus(
+            live=True,
+            sandbox_id=kernel.sandbox_id,
+            started_at=kernel.started_at,
+            idle_seconds=idle,
+            busy=kernel.turn_running,
+            memory_bytes=kernel.memory_bytes(),
+            variables=list(kernel.variables),
+            snapshot=snapshot,
+        )
+
+    def summary(self) -> tuple[int, int]:
+        """How many kernels are live and their resident memory in bytes (for health and doctor)."""
+        kernels = list(self.live.values())
+        return len(kernels), sum(kernel.memory_bytes() or 0 for kernel in kernels)
+
+    # Storage ----------------------------------------------------------------------------------
+
+    def _directory(self, session_id: str) -> Path:
+        return self.sessions_root / session_id / "kernel"
+
+    def _snapshot_path(self, session_id: str) -> Path:
+        return self._directory(session_id) / SNAPSHOT_FILE
+
+    def _read_state(self, session_id: str) -> dict[str, Any]:
+        with contextlib.suppress(OSError, ValueError):
+            state = json.loads((self._directory(session_id) / STATE_FILE).read_text())
+            if isinstance(state, dict):
+                return state
+        return {}
+
+    def _write_state(self, session_id: str, state: dict[str, Any]) -> None:
+        directory = self._directory(session_id)
+        if not directory.parent.is_dir():  # the session was deleted meanwhile
+            return
+        directory.mkdir(exist_ok=True)
+        temp = directory / f".{STATE_FILE}.tmp"
+        temp.write_text(json.dumps(state))
+        temp.replace(directory / STATE_FILE)
+
+
+def _ending(ended: Any) -> tuple[str, str, float | None]:
+    """The reason, words and time a kernel ended, from its stored state (none: the server restarted)."""
+    if isinstance(ended, dict) and ended.get("reason") in REASON_WORDS:
+        at = ended.get("at")
+        return str(ended["reason"]), REASON_WORDS[ended["reason"]], at if isinstance(at, float) else None
+    return "server_restart", REASON_WORDS["server_restart"], None
+
+
+def _infos(known: list[Any]) -> list[KernelVariableInfo]:
+    return kernel_code.parse_report({"variables": known}).variables
+
+
+def _lost_after_restore(known: list[Any], snapshot: dict[str, Any], restored: KernelReport) -> list[Lost]:
+    """Every variable known from earlier turns that the fresh kernel does not hold, and why."""
+    why = {item.name: item.reason for item in kernel_code.parse_report({"lost": snapshot.get("lost")}).lost}
+    why.update({item.name: item.reason for item in restored.lost})
+    back = set(restored.restored)
+    default = "not in the snapshot" if snapshot else "no snapshot holds it"
+    return [Lost(v.name, why.get(v.name, default)) for v in _infos(known) if v.name not in back]
