@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,20 @@ def test_health_and_readiness(api: RunningServer) -> None:
         ready = http.get("/ready")
         assert ready.status_code == 200, ready.text
         assert ready.json()["ready"] and ready.json()["database"]["ok"] and ready.json()["sandbox"]["ok"]
+        assert ready.json()["model"]["ok"] and "/models answered 200" in ready.json()["model"]["message"]
+
+
+def test_readiness_reports_a_dead_model_endpoint_without_failing(model_server: ScriptedModelServer, home: Path) -> None:
+    """The model endpoint is reported as `fleet doctor` reports it; sessions and files are still served."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+    settings = scripted_settings(model_server, home, lm_base_url=dead, sandbox_pool_size=0)
+    with server_in_thread(settings) as api, api.http() as http:
+        ready = http.get("/ready")
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["ready"] and not ready.json()["model"]["ok"]
+        assert f"{dead}/models" in ready.json()["model"]["message"]
 
 
 @pytest.mark.postgres

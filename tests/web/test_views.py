@@ -53,6 +53,7 @@ def test_a_turn_shows_its_work_and_the_views_review_it(
     expect(page.get_by_text("Saved.")).to_be_visible()
     expect(page.get_by_text("Database", exact=True)).to_be_visible()
     expect(page.locator(".readiness")).to_contain_text("ok")
+    expect(page.locator(".readiness")).to_contain_text("Model endpoint")
     page.get_by_label("Most iterations per turn").fill("100000")
     page.get_by_role("button", name="Save settings").click()
     expect(page.get_by_text("Not saved")).to_contain_text("max_iterations")

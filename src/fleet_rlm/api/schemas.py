@@ -224,8 +224,10 @@ class Check(BaseModel):
 
 class Ready(BaseModel):
     ready: bool
+    """The database and the sandbox backend pass; the model endpoint is reported beside them, not required."""
     database: Check
     sandbox: Check
+    model: Check
 
 
 class FileUpload(BaseModel):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fleet_rlm.config import Ceilings, Settings
+from fleet_rlm.models.endpoint import probe_endpoint
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.ids import is_session_id
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxUnavailable
@@ -51,6 +52,7 @@ INTERRUPTED_REASON = "the server process running the turn stopped before the tur
 STORED_POLL_SECONDS = 0.5
 SHUTDOWN_GRACE_SECONDS = 10.0
 SANDBOX_CHECK_TTL_SECONDS = 60.0
+MODEL_CHECK_TTL_SECONDS = 10.0
 
 
 @dataclass
@@ -79,6 +81,9 @@ class TurnSubmission:
 class Readiness:
     database: BackendCheck
     sandbox: BackendCheck
+    model: BackendCheck
+    """Reported, not required: sessions, files and history are served while the model endpoint is down,
+    and a provider's outage should not take every replica out of a load balancer."""
 
     @property
     def ok(self) -> bool:
@@ -104,6 +109,7 @@ class FleetService:
         self.interrupted_at_start: list[TurnRecord] = []
         self.reaped_at_start: list[dict[str, Any]] = []
         self._sandbox_ok_until = 0.0
+        self._model_check_cached: tuple[float, BackendCheck] | None = None
         self._slots: asyncio.Semaphore | None = None
         self._cleanups: set[asyncio.Task[None]] = set()
         self._kernels: KernelRegistry | None = None
@@ -194,7 +200,16 @@ class FleetService:
         sandbox = await self._sandbox_check()
         if sandbox.ok and self._pool is not None and self._pool.last_error and not self._pool.idle_count:
             sandbox = BackendCheck(False, f"sandboxes fail to start: {self._pool.last_error}")
-        return Readiness(database=database, sandbox=sandbox)
+        return Readiness(database=database, sandbox=sandbox, model=await self._model_check())
+
+    async def _model_check(self) -> BackendCheck:
+        """The model endpoint's probe (the one ``fleet doctor`` runs), remembered for a few seconds so
+        that a polled readiness check does not poll the model server as often."""
+        now = time.monotonic()
+        if self._model_check_cached is None or self._model_check_cached[0] <= now:
+            probe = await asyncio.to_thread(probe_endpoint, self.settings.lm)
+            self._model_check_cached = (now + MODEL_CHECK_TTL_SECONDS, BackendCheck(probe.ok, probe.message, probe.fix))
+        return self._model_check_cached[1]
 
     async def _sandbox_check(self) -> BackendCheck:
         """The backend's own check (it starts a sandbox), remembered for a while once it passes."""

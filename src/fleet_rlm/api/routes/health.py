@@ -27,11 +27,13 @@ async def health(service: Service) -> Health:
 
 @router.get("/ready", response_model=Ready, responses={503: {"model": Ready}})
 async def ready(service: Service) -> JSONResponse:
-    """The database is reachable and the sandbox backend is usable (503 otherwise)."""
+    """The database is reachable and the sandbox backend is usable (503 otherwise); the model endpoint
+    is probed and reported too, but does not make the server unready."""
     readiness = await service.readiness()
     body = Ready(
         ready=readiness.ok,
         database=Check(ok=readiness.database.ok, message=readiness.database.message),
         sandbox=Check(ok=readiness.sandbox.ok, message=readiness.sandbox.message),
+        model=Check(ok=readiness.model.ok, message=readiness.model.message),
     )
     return JSONResponse(body.model_dump(), status_code=200 if readiness.ok else 503)

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from fleet_rlm.config import ConfigError, Settings, config_files, load_settings
 from fleet_rlm.engine.turn import TurnRequest, build_turn
+from fleet_rlm.models.endpoint import probe_endpoint
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.protocol.status import TurnStatus
@@ -109,26 +110,8 @@ def check_limits(settings: Settings) -> list[Check]:
 
 
 def check_model(settings: Settings) -> Check:
-    lm = settings.lm
-    if not lm.model:
-        return Check("model endpoint", False, "no model configured", "set FLEET_LM_MODEL (and FLEET_LM_BASE_URL)")
-    if not lm.base_url:
-        return Check("model endpoint", True, f"{lm.model} via the provider's default endpoint (not probed)")
-    headers = {}
-    if lm.api_key is not None:
-        headers["Authorization"] = f"Bearer {lm.api_key.get_secret_value()}"
-    url = lm.base_url.rstrip("/") + "/models"
-    try:
-        response = httpx.get(url, headers=headers, timeout=min(lm.timeout, 10.0))
-    except httpx.HTTPError as exc:
-        return Check("model endpoint", False, f"{url}: {exc}", "check FLEET_LM_BASE_URL and that the server runs")
-    if response.status_code in (401, 403):
-        return Check(
-            "model endpoint", False, f"{url} refused the API key ({response.status_code})", "set FLEET_LM_API_KEY"
-        )
-    if response.status_code >= 500:
-        return Check("model endpoint", False, f"{url} answered {response.status_code}", "check the model server")
-    return Check("model endpoint", True, f"{url} answered {response.status_code}")
+    probe = probe_endpoint(settings.lm)
+    return Check("model endpoint", probe.ok, probe.message, probe.fix)
 
 
 def check_kernels(settings: Settings) -> Check:

@@ -10,6 +10,13 @@ const BUDGETS = [
   ["max_tokens_per_turn", "Most tokens per turn", "1"],
 ];
 
+// What GET /ready reports, as `fleet doctor` does; the model endpoint is reported, not required.
+const READINESS = [
+  ["database", "Database"],
+  ["sandbox", "Sandbox"],
+  ["model", "Model endpoint"],
+];
+
 export async function settingsView(app, session) {
   const notice = h("p", { role: "status", "aria-live": "polite", class: "notice" });
   const mode = h(
@@ -56,8 +63,8 @@ export async function settingsView(app, session) {
     readiness.replaceChildren(
       h("dt", {}, "Server"),
       h("dd", { class: "ok" }, `up, version ${health.version}`),
-      ...["database", "sandbox"].flatMap((name) => [
-        h("dt", {}, name === "database" ? "Database" : "Sandbox"),
+      ...READINESS.flatMap(([name, title]) => [
+        h("dt", {}, title),
         h("dd", { class: body[name].ok ? "ok" : "error" }, `${body[name].ok ? "ok" : "failing"}: ${body[name].message}`),
       ]),
     );
