@@ -173,6 +173,18 @@ export class TurnView {
         this.spans.set(event.span_id, this.body);
         this.setStatus("running");
         return null;
+      case "kernel.evicted":
+        this.line(this.body, "warning", `Kernel ended (${data.reason}): ${data.detail}; its variables are gone`, "note");
+        return null;
+      case "kernel.started":
+        this.line(this.body, "kernel", `Kernel started (sandbox ${data.sandbox_id}): its Python state lives on to the next turn`);
+        return null;
+      case "kernel.restored": {
+        const restored = data.restored.length ? data.restored.join(", ") : "none";
+        const lost = data.lost.map((item) => `${item.name} (${item.reason})`).join(", ");
+        this.line(this.body, "kernel", `Kernel restored from the snapshot: ${restored}${lost ? `; lost: ${lost}` : ""}`);
+        return null;
+      }
       case "route.selected":
         this.line(this.body, "route", `Route: ${data.route} (${data.reason || data.mode})`);
         return null;
