@@ -4,6 +4,7 @@
 import { download, filePath } from "./api.js";
 import { formatBytes, formatSeconds, h, uniqueId } from "./dom.js";
 import { highlight } from "./highlight.js";
+import { labelButton } from "./label.js";
 import { renderMarkdown } from "./markdown.js";
 import { isImage, preview } from "./preview.js";
 
@@ -114,7 +115,7 @@ export class TurnView {
       "article",
       { class: "turn", "aria-labelledby": headingId, "data-turn-id": turn.id, "data-last-seq": "0" },
       h("h3", { id: headingId, class: "message" }, h("span", { class: "visually-hidden" }, "You: "), turn.message),
-      h("p", { class: "turn-meta" }, this.status),
+      h("p", { class: "turn-meta" }, this.status, " ", labelButton(this)),
     );
     this.body = h("div", { class: "work" });
     this.artifactList = h("ul", { class: "artifacts", "aria-label": "Artifacts" });
@@ -322,6 +323,7 @@ export class TurnView {
       }
       if (event.type === "turn.incomplete") answer.append(h("p", { class: "badge incomplete" }, `Incomplete: ${data.reason}`));
       const body = h("div", { class: "markdown" });
+      this.answerText = data.answer || "";
       body.append(renderMarkdown(data.answer || ""));
       answer.append(body);
       this.article.append(answer);
