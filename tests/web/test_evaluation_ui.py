@@ -59,6 +59,8 @@ def test_label_follow_a_run_read_the_gate_and_approve(
     quality_server: tuple[ServerProcess, str, str], scripted: ScriptedModelServer, page: Page
 ) -> None:
     server, good, failing = quality_server
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     with httpx.Client(base_url=server.base_url + "/api/v1", timeout=30) as http:
         new_session(http, "plain", capture=False)
         new_session(http, "sales", capture=True)
@@ -80,22 +82,32 @@ def test_label_follow_a_run_read_the_gate_and_approve(
     expect(page.get_by_role("heading", name="sales", exact=True)).to_be_visible()
     run_turn(page, "SALES total?")
     turn = page.get_by_role("article").last
-    turn.get_by_role("button", name="Label this turn").click()
+    # From the keyboard alone; the reviewed answer starts as the turn's answer, hostile markup as text.
+    turn.get_by_role("button", name="Label this turn").focus()
+    page.keyboard.press("Enter")
     form = turn.get_by_role("form", name="Label")
+    expect(form.get_by_label("Reviewed answer")).to_be_focused()
     expect(form.get_by_label("Reviewed answer")).to_have_value("The total is 250. <img src=x onerror=alert(1)>")
-    form.get_by_label("Reviewed answer").fill("The total is 250.")
-    form.get_by_label("Value").fill("250")
-    form.get_by_label("Group").fill("revenue")
-    form.get_by_label("Critical").check()
+    page.keyboard.press("Tab")
+    page.keyboard.type("250")
+    page.keyboard.press("Tab")
+    page.keyboard.type("revenue")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Space")
+    expect(form.get_by_label("Critical")).to_be_checked()
     no_serious_violations(page)
-    form.get_by_role("button", name="Save label").click()
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    expect(form.get_by_role("button", name="Save label")).to_be_focused()
+    page.keyboard.press("Enter")
     expect(form.get_by_role("status")).to_contain_text("Labeled (")
     expect(form.get_by_role("status")).to_contain_text("group revenue, critical")
 
     # The Evaluation view lists it; an eval run started there is followed to its score.
     page.get_by_role("navigation", name="Views").get_by_role("link", name="Evaluation").click()
     labels = page.get_by_role("table", name="Labels")
-    expect(labels).to_contain_text("The total is 250.")
+    expect(labels).to_contain_text("The total is 250. <img src=x onerror=alert(1)>")
+    expect(page.locator("img[src=x]")).to_have_count(0)
     expect(labels).to_contain_text("revenue")
     expect(labels).to_contain_text("critical")
     scripted.script("root", rlm_step("Sum.", ANSWER))
@@ -118,7 +130,8 @@ def test_label_follow_a_run_read_the_gate_and_approve(
     page.get_by_role("button", name=f"Approve {failing}").click()
     expect(page.get_by_role("main").get_by_role("status")).to_contain_text("Not approved")
     expect(page.get_by_role("main").get_by_role("status")).to_contain_text("gate_failed")
-    page.get_by_role("button", name=f"Approve {good}").click()
+    page.get_by_role("button", name=f"Approve {good}").focus()
+    page.keyboard.press("Enter")
     expect(page.get_by_role("main").get_by_role("status")).to_contain_text(f"Approved {good}")
     expect(programs).to_contain_text(f"Serving: {good}")
     expect(page.get_by_role("region", name=f"Program {good}")).to_contain_text("approved, serving")
@@ -127,3 +140,4 @@ def test_label_follow_a_run_read_the_gate_and_approve(
     page.get_by_role("button", name="Roll back").click()
     expect(programs).to_contain_text("Serving: builtin")
     expect(page.get_by_role("region", name=f"Program {good}")).to_contain_text("retired")
+    assert dialogs == []
