@@ -17,7 +17,7 @@ function describe(kernel) {
   }
   if (kernel.snapshot) {
     const lost = kernel.snapshot.lost.map((item) => `${item.name} (${item.reason})`).join(", ");
-    rows.push(["Snapshot", `${kernel.snapshot.saved.length} variables, ${formatBytes(kernel.snapshot.bytes)}${lost ? `; not kept: ${lost}` : ""}`]);
+    rows.push(["Snapshot", `${kernel.snapshot.saved.length} variable${kernel.snapshot.saved.length === 1 ? "" : "s"}, ${formatBytes(kernel.snapshot.bytes)}${lost ? `; not kept: ${lost}` : ""}`]);
   }
   return rows;
 }
