@@ -115,6 +115,7 @@ def test_label_follow_a_run_read_the_gate_and_approve(
     page.get_by_role("button", name="Run evaluation").click()
     runs = page.get_by_role("table", name="Runs")
     expect(runs).to_contain_text("completed: mean 1.00 over 1", timeout=60_000)
+    expect(page.get_by_role("region", name="Runs")).not_to_contain_text("null")
     expect(page.get_by_role("table", name="Scores of ").first).to_contain_text("Passed every check")
 
     # The gate reports, condition by condition; the failing one is refused, the passing one approved.

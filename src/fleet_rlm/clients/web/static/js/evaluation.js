@@ -130,7 +130,7 @@ export async function evaluationView(app, session) {
     const all = [...evals.items, ...optimizations.items];
     runs.replaceChildren(
       table("Runs", ["Run", "Kind", "State"], runRows(all), "No runs yet."),
-      ...evals.items.slice().reverse().map(evalDetails),
+      ...evals.items.slice().reverse().map(evalDetails).filter(Boolean),
     );
     if (timer) clearTimeout(timer);
     timer = all.some((run) => run.status === "running")

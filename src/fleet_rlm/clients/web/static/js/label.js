@@ -51,7 +51,7 @@ function labelForm(view) {
     event.preventDefault();
     const body = { turn_id: view.turnId, answer: answer.value, critical: critical.checked, benchmark: benchmark.checked };
     const raw = value.value.trim();
-    if (raw) body.value = raw !== "" && Number.isFinite(Number(raw)) ? Number(raw) : raw;
+    if (raw) body.value = Number.isFinite(Number(raw)) ? Number(raw) : raw;
     if (group.value.trim()) body.group = group.value.trim();
     try {
       const label = await call("POST", "/labels", { json: body });
