@@ -31,7 +31,7 @@ LAUNCH_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "web"
-VIEWS = ("", "files", "trace", "settings")
+VIEWS = ("", "files", "trace", "settings", "evaluation")
 
 if not CHROMIUM.exists():  # pragma: no cover - .ci/run installs it
     pytest.skip("chromium is not installed (apt-get install chromium)", allow_module_level=True)

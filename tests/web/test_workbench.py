@@ -192,7 +192,12 @@ def test_every_view_works_from_the_keyboard_and_passes_axe(
     turn = page.get_by_role("article").last
     expect(turn.get_by_role("region", name="Answer")).to_contain_text("north: 170", timeout=30_000)
     no_serious_violations(page)
-    for view, landmark in (("Files", "Files"), ("Trace", "Spans"), ("Settings", "Session settings")):
+    for view, landmark in (
+        ("Files", "Files"),
+        ("Trace", "Spans"),
+        ("Settings", "Session settings"),
+        ("Evaluation", "Labels"),
+    ):
         page.get_by_role("navigation", name="Views").get_by_role("link", name=view).focus()
         page.keyboard.press("Enter")
         expect(page.get_by_role("link", name=view)).to_have_attribute("aria-current", "page")

@@ -5,7 +5,7 @@ const TOKEN_KEY = "fleet.token";
 const TERMINAL = new Set(["turn.completed", "turn.incomplete", "turn.failed", "turn.cancelled", "turn.interrupted"]);
 // EventSource delivers named events only to listeners of that name: every type of docs/events.md.
 export const EVENT_TYPES = [
-  "turn.started", "route.selected", "iteration.started", "reasoning.delta", "code.delta", "reasoning", "code",
+  "turn.started", "kernel.evicted", "kernel.started", "kernel.restored", "route.selected", "iteration.started", "reasoning.delta", "code.delta", "reasoning", "code",
   "output", "execution.failed", "sandbox.restarted", "tool.started", "tool.finished", "child.started",
   "child.finished", "artifact.created", "memory.proposed", "budget.exhausted", "warning", ...TERMINAL,
 ];

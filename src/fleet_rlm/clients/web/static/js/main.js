@@ -1,7 +1,8 @@
 // The shell: the token prompt, the session list, and the views of the chosen session, chosen by the
-// URL's fragment (#/s/<session>[/files|/trace|/settings]) so that a reload comes back to the same place.
+// URL's fragment (#/s/<session>[/files|/trace|/settings|/evaluation]) so that a reload comes back to the same place.
 import { ApiError, call, onTokenNeeded } from "./api.js";
 import { h } from "./dom.js";
+import { evaluationView } from "./evaluation.js";
 import { filesView } from "./files.js";
 import { settingsView } from "./settings.js";
 import { renderTrace } from "./trace.js";
@@ -12,6 +13,7 @@ const VIEWS = [
   ["files", "Files"],
   ["trace", "Trace"],
   ["settings", "Settings"],
+  ["evaluation", "Evaluation"],
 ];
 const NEW_TITLE = "New session";
 
@@ -172,6 +174,7 @@ async function route() {
   const heading = h("h2", { class: "session-title" }, titleOf(state.session));
   if (view === "files") main.replaceChildren(heading, await filesView(app, state.session, state.workbench));
   else if (view === "settings") main.replaceChildren(heading, await settingsView(app, state.session));
+  else if (view === "evaluation") main.replaceChildren(heading, await evaluationView(app, state.session));
   else if (view === "trace") main.replaceChildren(heading, traceView());
   else main.replaceChildren(heading, state.workbench.element);
 }

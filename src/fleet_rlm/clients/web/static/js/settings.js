@@ -1,6 +1,7 @@
-// The Settings view: the session's mode and budgets, and the server's readiness (GET /ready).
+// The Settings view: the session's mode and budgets, its kernel, and the server's readiness (GET /ready).
 import { call } from "./api.js";
 import { h } from "./dom.js";
+import { kernelSection } from "./kernel.js";
 
 const BUDGETS = [
   ["max_iterations", "Most iterations per turn", "1"],
@@ -57,7 +58,7 @@ export async function settingsView(app, session) {
   });
   const readiness = h("dl", { class: "readiness" });
   const check = async () => {
-    readiness.replaceChildren(h("dt", {}, "Checking…"));
+    readiness.replaceChildren(h("dt", {}, "Server"), h("dd", {}, "Checking…"));
     const body = await call("GET", "/ready", { accept: [503] });
     const health = await call("GET", "/health");
     readiness.replaceChildren(
@@ -83,6 +84,7 @@ export async function settingsView(app, session) {
     "div",
     { class: "settings-view" },
     form,
+    kernelSection(session),
     h("section", { "aria-labelledby": "ready-title" }, h("h2", { id: "ready-title" }, "Server readiness"), readiness, again, " ", forget),
   );
 }

@@ -4,6 +4,7 @@
 import { download, filePath } from "./api.js";
 import { formatBytes, formatSeconds, h, uniqueId } from "./dom.js";
 import { highlight } from "./highlight.js";
+import { labelButton } from "./label.js";
 import { renderMarkdown } from "./markdown.js";
 import { isImage, preview } from "./preview.js";
 
@@ -114,7 +115,7 @@ export class TurnView {
       "article",
       { class: "turn", "aria-labelledby": headingId, "data-turn-id": turn.id, "data-last-seq": "0" },
       h("h3", { id: headingId, class: "message" }, h("span", { class: "visually-hidden" }, "You: "), turn.message),
-      h("p", { class: "turn-meta" }, this.status),
+      h("p", { class: "turn-meta" }, this.status, " ", labelButton(this)),
     );
     this.body = h("div", { class: "work" });
     this.artifactList = h("ul", { class: "artifacts", "aria-label": "Artifacts" });
@@ -173,6 +174,18 @@ export class TurnView {
         this.spans.set(event.span_id, this.body);
         this.setStatus("running");
         return null;
+      case "kernel.evicted":
+        this.line(this.body, "warning", `Kernel ended (${data.reason}): ${data.detail}; its variables are gone`, "note");
+        return null;
+      case "kernel.started":
+        this.line(this.body, "kernel", `Kernel started (sandbox ${data.sandbox_id}): its Python state lives on to the next turn`);
+        return null;
+      case "kernel.restored": {
+        const restored = data.restored.length ? data.restored.join(", ") : "none";
+        const lost = data.lost.map((item) => `${item.name} (${item.reason})`).join(", ");
+        this.line(this.body, "kernel", `Kernel restored from the snapshot: ${restored}${lost ? `; lost: ${lost}` : ""}`);
+        return null;
+      }
       case "route.selected":
         this.line(this.body, "route", `Route: ${data.route} (${data.reason || data.mode})`);
         return null;
@@ -310,6 +323,7 @@ export class TurnView {
       }
       if (event.type === "turn.incomplete") answer.append(h("p", { class: "badge incomplete" }, `Incomplete: ${data.reason}`));
       const body = h("div", { class: "markdown" });
+      this.answerText = data.answer || "";
       body.append(renderMarkdown(data.answer || ""));
       answer.append(body);
       this.article.append(answer);
