@@ -1,5 +1,5 @@
 """The sections of Fleet's settings: ``[lm]``, ``[sub_lm]``, ``[budget]``, ``[sandbox]``, ``[memory]``,
-``[quality]`` (with the ``[judge_lm]`` and ``[reflection_lm]`` models) and ``[server]`` (with ``[server.ceilings]``). Each layer is handed the section it reads."""
+``[quality]`` (with the ``[judge_lm]`` and ``[reflection_lm]`` models), ``[tracing]`` and ``[server]`` (with ``[server.ceilings]``). Each layer is handed the section it reads."""
 
 from __future__ import annotations
 
@@ -223,6 +223,30 @@ class QualitySettings(BaseModel):
         "(per session too).",
     )
     eval_concurrency: int = Field(default=2, gt=0, le=64, description="Replays an eval run runs at once.")
+
+
+class TracingSettings(BaseModel):
+    """Tracing of turns, with the optional extra ``fleet-rlm[tracing]`` (docs/integrations.md)."""
+
+    model_config = SECTION_CONFIG
+
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP endpoint (e.g. http://localhost:4318) that receives one span tree per turn, at "
+        "<endpoint>/v1/traces; off if unset.",
+    )
+
+    @field_validator("otel_exporter_otlp_endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"must be an http:// or https:// URL with a host, not {value!r}")
+        if parts.query or parts.fragment:
+            raise ValueError(f"must have no query or fragment: {value!r}")
+        return value.strip().rstrip("/")
 
 
 class Ceilings(BaseModel):

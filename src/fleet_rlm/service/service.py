@@ -14,9 +14,9 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from fleet_rlm.config import Ceilings, Settings
+from fleet_rlm.config import Ceilings, ConfigError, Settings
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.ids import is_session_id
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxUnavailable
@@ -43,6 +43,9 @@ from fleet_rlm.store import (
     TurnRecord,
 )
 from fleet_rlm.workspace.kinds import FileKind
+
+if TYPE_CHECKING:
+    from fleet_rlm.service.tracing import TurnTracer
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +87,28 @@ class Readiness:
         return self.database.ok and self.sandbox.ok
 
 
+def configured_tracer(settings: Settings) -> TurnTracer | None:
+    """The tracer the settings ask for (None: tracing is off); tracing needs the optional extra."""
+    if settings.tracing.otel_exporter_otlp_endpoint is None:
+        return None
+    try:
+        from fleet_rlm.service.tracing import tracer_from_settings
+    except ImportError as exc:
+        raise ConfigError(
+            "tracing is on (FLEET_OTEL_EXPORTER_OTLP_ENDPOINT) but its extra is not installed: "
+            f"pip install 'fleet-rlm[tracing]' ({exc})"
+        ) from exc
+    return tracer_from_settings(settings)
+
+
 class FleetService:
     def __init__(
-        self, settings: Settings, *, database: Database | None = None, backend: SandboxBackend | None = None
+        self,
+        settings: Settings,
+        *,
+        database: Database | None = None,
+        backend: SandboxBackend | None = None,
+        tracer: TurnTracer | None = None,
     ) -> None:
         self.settings = settings
         self.database = database or Database.from_settings(settings)
@@ -105,6 +127,7 @@ class FleetService:
         self._sandbox_ok_until = 0.0
         self._slots: asyncio.Semaphore | None = None
         self._cleanups: set[asyncio.Task[None]] = set()
+        self.tracer = tracer if tracer is not None else configured_tracer(settings)
 
     @property
     def backend(self) -> SandboxBackend:
@@ -171,6 +194,8 @@ class FleetService:
         await self.journal.close()
         if self._pool is not None:
             await self._pool.close()
+        if self.tracer is not None:
+            await asyncio.to_thread(self.tracer.shutdown)
         await self.database.dispose()
 
     async def readiness(self) -> Readiness:
@@ -333,6 +358,8 @@ class FleetService:
             settings = effective_settings(self.settings, {"mode": session.mode}, session.settings, options)
             plan = TurnPlan(turn=turn, session=session, settings=settings, history=submission.history)
             channel = self.channels.open(turn.id)
+            if self.tracer is not None:
+                channel.subscribe(self.tracer.observer(session.id))
             execution = TurnExecution(
                 plan, self.store, self.files, self.pool, channel, self.journal, self.memory, self._running_slots()
             )

@@ -1,0 +1,327 @@
+"""Each turn as one span tree, built from its events (the optional extra ``fleet-rlm[tracing]``).
+
+The engine knows nothing of tracing: a :class:`TurnTracer` subscribes to a turn's channel and turns the
+typed event stream into OpenTelemetry spans, after the fact, with the events' own timestamps. The events'
+spans (turn > iteration > tool call, child > ...) become spans; inside each iteration the model's reply
+(from the iteration's start until its reasoning or code is complete) and the code's execution (from then
+until the iteration ends) get spans of their own. Names and attributes follow the OpenTelemetry GenAI
+semantic conventions where one applies (``invoke_agent``, ``chat``, ``execute_tool``, ``gen_ai.*``), and
+``fleet.*`` elsewhere. Content (the task, the reasoning, the code, the answer) is never put in a span.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from fleet_rlm.config import Settings
+from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.protocol.status import TurnStatus
+
+log = logging.getLogger(__name__)
+
+AGENT_NAME = "fleet-rlm"
+SERVICE_NAME = "fleet-rlm"
+SCOPE = "fleet_rlm"
+_FAILED = {EventType.TURN_FAILED, EventType.TURN_INTERRUPTED}
+_MODEL_REPLY = {EventType.REASONING, EventType.CODE}
+
+
+def _ns(ts: float) -> int:
+    return int(ts * 1e9)
+
+
+@dataclass
+class _Open:
+    span: Span
+    parent: str | None
+    started: float
+    kind: str
+    model_call_done: bool = False
+    execution: Span | None = None
+
+
+@dataclass
+class _TurnSpans:
+    """The open spans of one turn, by the event stream's span ids."""
+
+    tracer: trace.Tracer
+    model: str | None
+    session_id: str
+    open: dict[str, _Open] = field(default_factory=dict)
+    root: str | None = None
+    trace_id: str | None = None
+    ended: bool = False
+
+    def observe(self, event: Event) -> None:
+        if self.ended:
+            return
+        if event.type is EventType.TURN_STARTED:
+            self._start_root(event)
+            return
+        if self.root is None:
+            return
+        if event.span_id not in self.open and event.span_id != self.root:
+            self._open_span(event)
+        handler = _HANDLERS.get(event.type)
+        if handler is not None:
+            handler(self, event)
+        if event.terminal:
+            self._end_turn(event)
+
+    # Opening ----------------------------------------------------------------------------------
+
+    def _start_root(self, event: Event) -> None:
+        data = event.data
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": AGENT_NAME,
+            "gen_ai.conversation.id": self.session_id,
+            "fleet.turn.id": event.turn_id,
+            "fleet.mode": str(data.get("mode", "")),
+            "fleet.sandbox.backend": str((data.get("sandbox") or {}).get("backend", "")),
+        }
+        if self.model:
+            attributes["gen_ai.request.model"] = self.model
+        span = self.tracer.start_span(
+            f"invoke_agent {AGENT_NAME}",
+            context=Context(),
+            kind=SpanKind.INTERNAL,
+            start_time=_ns(event.ts),
+            attributes=attributes,
+        )
+        self.root = event.span_id
+        self.open[event.span_id] = _Open(span, None, event.ts, "turn")
+        self.trace_id = format(span.get_span_context().trace_id, "032x")
+
+    def _open_span(self, event: Event) -> None:
+        parent_id = event.parent_span_id if event.parent_span_id in self.open else self.root
+        assert parent_id is not None
+        parent = self.open[parent_id]
+        if event.type is EventType.ITERATION_STARTED:
+            for sibling_id in [k for k, o in self.open.items() if o.parent == parent_id and o.kind == "iteration"]:
+                self._end(sibling_id, event.ts)
+        name, kind, attributes = _describe(event)
+        span = self.tracer.start_span(
+            name,
+            context=trace.set_span_in_context(parent.span),
+            start_time=_ns(event.ts),
+            attributes=attributes,
+        )
+        self.open[event.span_id] = _Open(span, parent_id, event.ts, kind)
+
+    def _child_span(self, parent: _Open, name: str, ts: float, attributes: dict[str, Any]) -> Span:
+        return self.tracer.start_span(
+            name, context=trace.set_span_in_context(parent.span), start_time=_ns(ts), attributes=attributes
+        )
+
+    # What happens inside a span ---------------------------------------------------------------
+
+    def _route(self, event: Event) -> None:
+        assert self.root is not None
+        root = self.open[self.root]
+        route = str(event.data.get("route", ""))
+        root.span.set_attribute("fleet.route", route)
+        span = self._child_span(
+            root, f"route {route}", root.started, {"fleet.route": route, "fleet.route.reason": event.data["reason"]}
+        )
+        span.end(end_time=_ns(event.ts))
+        root.started = event.ts  # a reply at the root (direct, flex) is asked for once the route is chosen
+
+    def _model_reply(self, event: Event) -> None:
+        """The model's reply in this span ends when its reasoning or code is complete; the code then runs."""
+        owner = self.open.get(event.span_id)
+        if owner is None or owner.model_call_done:
+            return
+        attributes: dict[str, Any] = {"gen_ai.operation.name": "chat"}
+        if self.model:
+            attributes["gen_ai.request.model"] = self.model
+        call = self._child_span(owner, f"chat {self.model or 'model'}", owner.started, attributes)
+        call.end(end_time=_ns(event.ts))
+        owner.model_call_done = True
+
+    def _code(self, event: Event) -> None:
+        self._model_reply(event)
+        owner = self.open.get(event.span_id)
+        if owner is not None and owner.execution is None:
+            owner.execution = self._child_span(
+                owner, "execute_code", event.ts, {"fleet.code.chars": len(event.data["code"])}
+            )
+
+    def _execution_failed(self, event: Event) -> None:
+        owner = self.open.get(event.span_id)
+        if owner is None:
+            return
+        target = owner.execution or owner.span
+        target.set_attribute("error.type", str(event.data["error_type"]))
+        target.set_status(Status(StatusCode.ERROR, str(event.data["error_type"])))
+
+    def _tool_finished(self, event: Event) -> None:
+        opened = self.open.get(event.span_id)
+        if opened is None:
+            return
+        error = event.data.get("error")
+        if error:
+            opened.span.set_attribute("error.type", "tool_error")
+            opened.span.set_status(Status(StatusCode.ERROR, str(error)[:200]))
+        self._end(event.span_id, event.ts)
+
+    def _child_finished(self, event: Event) -> None:
+        opened = self.open.get(event.span_id)
+        if opened is None:
+            return
+        data = event.data
+        usage = data.get("usage") or {}
+        opened.span.set_attributes(
+            {
+                "fleet.child.outcome": str(data.get("outcome", "")),
+                "fleet.iterations": int(usage.get("iterations", 0)),
+                "fleet.model_calls": int(usage.get("model_calls", 0)),
+                "gen_ai.usage.input_tokens": int(usage.get("input_tokens", 0)),
+                "gen_ai.usage.output_tokens": int(usage.get("output_tokens", 0)),
+            }
+        )
+        if data.get("outcome") != "completed":
+            opened.span.set_attribute("error.type", str(data.get("outcome")))
+            opened.span.set_status(Status(StatusCode.ERROR, str(data.get("error") or data.get("outcome"))[:200]))
+        self._end(event.span_id, event.ts)
+
+    def _mark(self, event: Event) -> None:
+        """Events that happen at one moment become span events on the span they name."""
+        opened = self.open.get(event.span_id)
+        if opened is None:
+            return
+        attributes = {
+            f"fleet.{k}": v for k, v in event.data.items() if isinstance(v, (str, int, float, bool)) and k != "text"
+        }
+        opened.span.add_event(event.type.value, attributes=attributes, timestamp=_ns(event.ts))
+
+    # Closing ----------------------------------------------------------------------------------
+
+    def _end(self, span_id: str, ts: float) -> None:
+        for inner in [k for k, o in self.open.items() if o.parent == span_id]:
+            self._end(inner, ts)
+        opened = self.open.pop(span_id, None)
+        if opened is None:
+            return
+        if opened.execution is not None:
+            opened.execution.end(end_time=_ns(ts))
+        opened.span.end(end_time=_ns(ts))
+
+    def _end_turn(self, event: Event) -> None:
+        assert self.root is not None
+        root = self.open[self.root].span
+        status = TurnStatus(event.type.value.removeprefix("turn."))
+        usage = event.data.get("usage") or {}
+        root.set_attribute("fleet.status", status.value)
+        if usage:
+            root.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": int(usage.get("input_tokens", 0)),
+                    "gen_ai.usage.output_tokens": int(usage.get("output_tokens", 0)),
+                    "fleet.model_calls": int(usage.get("model_calls", 0)),
+                    "fleet.iterations": int(usage.get("iterations", 0)),
+                    "fleet.children": int(usage.get("children", 0)),
+                }
+            )
+        if event.type in _FAILED:
+            root.set_attribute("error.type", status.value)
+            root.set_status(Status(StatusCode.ERROR, str(event.data.get("reason", ""))[:200]))
+        self._end(self.root, event.ts)
+        self.ended = True
+
+
+def _describe(event: Event) -> tuple[str, str, dict[str, Any]]:
+    """The name, kind and attributes of the span an event opens."""
+    data = event.data
+    if event.type is EventType.ITERATION_STARTED:
+        return f"iteration {data['iteration']}", "iteration", {"fleet.iteration": int(data["iteration"])}
+    if event.type is EventType.TOOL_STARTED:
+        name = str(data["name"])
+        return (
+            f"execute_tool {name}",
+            "tool",
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": str(data["call_id"]),
+            },
+        )
+    if event.type is EventType.CHILD_STARTED:
+        return (
+            f"invoke_agent {AGENT_NAME} child",
+            "child",
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": f"{AGENT_NAME} child",
+                "gen_ai.agent.id": str(data["child_id"]),
+                "fleet.child.depth": int(data["depth"]),
+            },
+        )
+    return event.type.value, "other", {}
+
+
+_HANDLERS = {
+    EventType.ROUTE_SELECTED: _TurnSpans._route,
+    EventType.REASONING: _TurnSpans._model_reply,
+    EventType.CODE: _TurnSpans._code,
+    EventType.EXECUTION_FAILED: _TurnSpans._execution_failed,
+    EventType.TOOL_FINISHED: _TurnSpans._tool_finished,
+    EventType.CHILD_FINISHED: _TurnSpans._child_finished,
+    EventType.SANDBOX_RESTARTED: _TurnSpans._mark,
+    EventType.ARTIFACT_CREATED: _TurnSpans._mark,
+    EventType.BUDGET_EXHAUSTED: _TurnSpans._mark,
+    EventType.WARNING: _TurnSpans._mark,
+}
+
+
+class TurnTracer:
+    """Spans of every turn, to the span processors of ``provider`` (an OTLP exporter, or a test's)."""
+
+    def __init__(self, provider: TracerProvider, *, model: str | None = None) -> None:
+        self.provider = provider
+        self.model = model
+        self._tracer = provider.get_tracer(SCOPE)
+
+    def observer(self, session_id: str) -> TurnObserver:
+        """A new turn's span builder: call it with every event of the turn, in order."""
+        return TurnObserver(_TurnSpans(self._tracer, self.model, session_id))
+
+    def shutdown(self) -> None:
+        """Send what is buffered and stop."""
+        self.provider.shutdown()
+
+
+class TurnObserver:
+    def __init__(self, spans: _TurnSpans) -> None:
+        self._spans = spans
+
+    @property
+    def trace_id(self) -> str | None:
+        """The turn's trace id (32 hex digits), once its ``turn.started`` was seen."""
+        return self._spans.trace_id
+
+    def __call__(self, event: Event) -> None:
+        try:
+            self._spans.observe(event)
+        except Exception:  # tracing never breaks a turn
+            log.exception("turn %s: tracing event %d failed", event.turn_id, event.seq)
+
+
+def tracer_from_settings(settings: Settings) -> TurnTracer | None:
+    """The tracer the settings ask for, or None when tracing is off."""
+    endpoint = settings.tracing.otel_exporter_otlp_endpoint
+    if endpoint is None:
+        return None
+    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
+    return TurnTracer(provider, model=settings.lm.model)

@@ -1,0 +1,155 @@
+"""Each turn as one OpenTelemetry span tree, built from its events: collected by the SDK's in-memory
+exporter, and exported over real OTLP/HTTP to a local receiver (the optional extra ``fleet-rlm[tracing]``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="the tracing extra is not installed (uv sync --all-extras)")
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from fleet_rlm.config import Settings
+from fleet_rlm.models.scripted import Reply, ScriptedModelServer, rlm_step
+from fleet_rlm.service.service import FleetService, TurnSubmission, configured_tracer
+from fleet_rlm.service.tracing import TurnTracer
+from fleet_rlm.store import Database
+from fleet_rlm.testing.otlp import OtlpReceiver
+
+from .conftest import SettingsFactory
+
+pytestmark = pytest.mark.anyio
+
+PARENT = """results = spawn_agents([{'task': 'child ok'}, {'task': 'child broken'}])
+SUBMIT(answer=' / '.join(str(r['status']) for r in results))"""
+
+
+def _script(server: ScriptedModelServer) -> None:
+    server.model.default = lambda request: "hi from the sub-model"
+    server.script_for_task(
+        "root",
+        "PARENT",
+        rlm_step("Ask, then divide.", "print(llm_query('say hi'))\n1/0"),
+        rlm_step("Two children.", PARENT),
+    )
+    server.script_for_task("root", "child ok", rlm_step("Easy.", "SUBMIT(answer='done')"))
+    server.script_for_task("root", "child broken", Reply(status=500, text="model exploded"))
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    yield exporter
+    exporter.shutdown()
+
+
+async def _run_turn(settings: Settings, tracer: TurnTracer | None = None) -> str:
+    fleet = FleetService(settings, database=Database(str(settings.database_url)), tracer=tracer)
+    await fleet.start()
+    try:
+        await fleet.create_session(name="traced")
+        turn, _ = await fleet.submit_turn("traced", TurnSubmission(message="PARENT runs two children"))
+        done = await fleet.wait_for_turn(turn.id)
+        assert done.status == "completed", done.error
+        return turn.id
+    finally:
+        await fleet.stop()
+
+
+def _by_name(spans: Any) -> dict[str, list[Any]]:
+    found: dict[str, list[Any]] = {}
+    for span in spans:
+        found.setdefault(span.name, []).append(span)
+    return found
+
+
+async def test_a_turn_is_one_span_tree_with_iterations_model_calls_code_tools_and_children(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer, exporter: InMemorySpanExporter
+) -> None:
+    _script(model_server)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    turn_id = await _run_turn(make_settings(), TurnTracer(provider, model="openai/root"))
+
+    spans: tuple[ReadableSpan, ...] = exporter.get_finished_spans()
+    assert len({s.context.trace_id for s in spans}) == 1  # one trace per turn
+    by_id = {s.context.span_id: s for s in spans}
+    named = _by_name(spans)
+    [root] = named["invoke_agent fleet-rlm"]
+    assert root.parent is None
+    attrs = root.attributes or {}
+    assert attrs["gen_ai.operation.name"] == "invoke_agent" and attrs["fleet.turn.id"] == turn_id
+    assert attrs["fleet.status"] == "completed" and attrs["fleet.route"] == "rlm"
+    assert int(str(attrs["gen_ai.usage.input_tokens"])) > 0 and int(str(attrs["fleet.children"])) == 2
+
+    def parent_of(span: ReadableSpan) -> ReadableSpan:
+        assert span.parent is not None
+        return by_id[span.parent.span_id]
+
+    [route] = named["route rlm"]
+    assert parent_of(route) is root
+    root_iterations = [s for s in named["iteration 1"] + named["iteration 2"] if parent_of(s) is root]
+    assert [s.name for s in sorted(root_iterations, key=lambda s: s.start_time or 0)] == ["iteration 1", "iteration 2"]
+    first, second = sorted(root_iterations, key=lambda s: s.start_time or 0)
+    assert (first.end_time or 0) <= (second.start_time or 0)
+
+    # Inside the first iteration: the model's reply, then the code, which called llm_query and raised.
+    inside_first = [s for s in spans if s.parent is not None and s.parent.span_id == first.context.span_id]
+    chat = next(s for s in inside_first if s.name == "chat openai/root")
+    assert (chat.attributes or {})["gen_ai.operation.name"] == "chat"
+    execution = next(s for s in inside_first if s.name == "execute_code")
+    assert execution.status.status_code is StatusCode.ERROR
+    assert (execution.attributes or {})["error.type"] == "ZeroDivisionError"
+    assert (chat.end_time or 0) <= (execution.start_time or 0)
+    tool = next(s for s in inside_first if s.name.startswith("execute_tool "))
+    assert (tool.attributes or {})["gen_ai.operation.name"] == "execute_tool"
+    assert (tool.attributes or {})["gen_ai.tool.name"] == "llm_query"
+
+    # The children hang under the second iteration, each with its own subtree.
+    children = named["invoke_agent fleet-rlm child"]
+    assert len(children) == 2 and all(parent_of(c) is second for c in children)
+    outcomes = {(c.attributes or {})["fleet.child.outcome"]: c for c in children}
+    ok = next(c for outcome, c in outcomes.items() if outcome == "completed")
+    broken = next(c for outcome, c in outcomes.items() if outcome != "completed")
+    assert broken.status.status_code is StatusCode.ERROR
+    assert int(str((ok.attributes or {})["gen_ai.usage.output_tokens"])) > 0
+    ok_iterations = [s for s in spans if s.parent is not None and s.parent.span_id == ok.context.span_id]
+    assert [s.name for s in ok_iterations] == ["iteration 1"]
+    assert any(s.parent is not None and s.parent.span_id == ok_iterations[0].context.span_id for s in spans)
+    # No content in spans: neither the task nor the code.
+    assert not any("PARENT" in str(value) for s in spans for value in (s.attributes or {}).values())
+
+
+async def test_spans_go_over_otlp_http_to_the_configured_endpoint(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    _script(model_server)
+    with OtlpReceiver() as receiver:
+        settings = make_settings(otel_exporter_otlp_endpoint=receiver.endpoint + "/")
+        turn_id = await _run_turn(settings)  # stopping the service sends what is buffered
+    assert receiver.content_types and all(t == "application/x-protobuf" for t in receiver.content_types)
+    [root] = [s for s in receiver.spans if s.name == "invoke_agent fleet-rlm"]
+    assert root.service == "fleet-rlm" and root.attributes["fleet.turn.id"] == turn_id and not root.parent_span_id
+    assert {s.trace_id for s in receiver.spans} == {root.trace_id}
+    by_id = {s.span_id: s for s in receiver.spans}
+    assert all(s.parent_span_id in by_id for s in receiver.spans if s is not root)
+    names = {s.name for s in receiver.spans}
+    assert {"route rlm", "iteration 1", "iteration 2", "execute_code", "invoke_agent fleet-rlm child"} <= names
+
+
+@pytest.mark.parametrize("endpoint", ["localhost:4318", "ftp://collector:4318", "http://collector:4318/?x=1"])
+def test_a_bad_endpoint_is_refused_naming_the_setting(endpoint: str) -> None:
+    with pytest.raises(ValueError, match="otel_exporter_otlp_endpoint") as caught:
+        Settings.model_validate({"otel_exporter_otlp_endpoint": endpoint})
+    assert endpoint in str(caught.value)
+
+
+def test_tracing_is_off_without_an_endpoint() -> None:
+    assert configured_tracer(Settings.model_validate({})) is None
+    assert configured_tracer(Settings.model_validate({"otel_exporter_otlp_endpoint": "  "})) is None
