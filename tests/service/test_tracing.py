@@ -4,6 +4,7 @@ exporter, and exported over real OTLP/HTTP to a local receiver (the optional ext
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,12 +16,17 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from fleet_rlm.clients.terminal.client import ChatClient
 from fleet_rlm.config import Settings
 from fleet_rlm.models.scripted import Reply, ScriptedModelServer, rlm_step
+from fleet_rlm.protocol.events import EventType
 from fleet_rlm.service.service import FleetService, TurnSubmission, configured_tracer
 from fleet_rlm.service.tracing import TurnTracer
-from fleet_rlm.store import Database
+from fleet_rlm.store import Database, TurnRecord
 from fleet_rlm.testing.otlp import OtlpReceiver
+from fleet_rlm.testing.settings import scripted_settings
+from tests.api.server import server_in_thread
+from tests.clients.terminal.test_actions import Chat
 
 from .conftest import SettingsFactory
 
@@ -49,7 +55,7 @@ def exporter() -> Iterator[InMemorySpanExporter]:
     exporter.shutdown()
 
 
-async def _run_turn(settings: Settings, tracer: TurnTracer | None = None) -> str:
+async def _run_turn(settings: Settings, tracer: TurnTracer | None = None) -> TurnRecord:
     fleet = FleetService(settings, database=Database(str(settings.database_url)), tracer=tracer)
     await fleet.start()
     try:
@@ -57,7 +63,7 @@ async def _run_turn(settings: Settings, tracer: TurnTracer | None = None) -> str
         turn, _ = await fleet.submit_turn("traced", TurnSubmission(message="PARENT runs two children"))
         done = await fleet.wait_for_turn(turn.id)
         assert done.status == "completed", done.error
-        return turn.id
+        return done
     finally:
         await fleet.stop()
 
@@ -75,7 +81,8 @@ async def test_a_turn_is_one_span_tree_with_iterations_model_calls_code_tools_an
     _script(model_server)
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    turn_id = await _run_turn(make_settings(), TurnTracer(provider, model="openai/root"))
+    done = await _run_turn(make_settings(), TurnTracer(provider, model="openai/root"))
+    turn_id = done.id
 
     spans: tuple[ReadableSpan, ...] = exporter.get_finished_spans()
     assert len({s.context.trace_id for s in spans}) == 1  # one trace per turn
@@ -83,6 +90,7 @@ async def test_a_turn_is_one_span_tree_with_iterations_model_calls_code_tools_an
     named = _by_name(spans)
     [root] = named["invoke_agent fleet-rlm"]
     assert root.parent is None
+    assert done.trace_id == format(root.context.trace_id, "032x")  # stored on the turn
     attrs = root.attributes or {}
     assert attrs["gen_ai.operation.name"] == "invoke_agent" and attrs["fleet.turn.id"] == turn_id
     assert attrs["fleet.status"] == "completed" and attrs["fleet.route"] == "rlm"
@@ -126,21 +134,44 @@ async def test_a_turn_is_one_span_tree_with_iterations_model_calls_code_tools_an
     assert not any("PARENT" in str(value) for s in spans for value in (s.attributes or {}).values())
 
 
-async def test_spans_go_over_otlp_http_to_the_configured_endpoint(
+def test_spans_go_over_otlp_http_and_the_api_shows_the_turns_trace_id(
     make_settings: SettingsFactory, model_server: ScriptedModelServer
 ) -> None:
     _script(model_server)
     with OtlpReceiver() as receiver:
         settings = make_settings(otel_exporter_otlp_endpoint=receiver.endpoint + "/")
-        turn_id = await _run_turn(settings)  # stopping the service sends what is buffered
+        with server_in_thread(settings) as api, api.client() as client:
+            client.create_session(name="traced")
+            turn = client.submit_turn("traced", "PARENT runs two children")
+            assert turn["trace_id"] is None or len(turn["trace_id"]) == 32
+            events = list(client.events(turn["id"]))
+            assert events[-1].type is EventType.TURN_COMPLETED
+            record = client.turn(turn["id"])
+        # the server has stopped: what the exporter buffered is sent
     assert receiver.content_types and all(t == "application/x-protobuf" for t in receiver.content_types)
     [root] = [s for s in receiver.spans if s.name == "invoke_agent fleet-rlm"]
-    assert root.service == "fleet-rlm" and root.attributes["fleet.turn.id"] == turn_id and not root.parent_span_id
+    assert root.service == "fleet-rlm" and root.attributes["fleet.turn.id"] == turn["id"] and not root.parent_span_id
+    assert record["trace_id"] == root.trace_id
     assert {s.trace_id for s in receiver.spans} == {root.trace_id}
     by_id = {s.span_id: s for s in receiver.spans}
     assert all(s.parent_span_id in by_id for s in receiver.spans if s is not root)
     names = {s.name for s in receiver.spans}
     assert {"route rlm", "iteration 1", "iteration 2", "execute_code", "invoke_agent fleet-rlm child"} <= names
+
+
+async def test_untraced_turns_have_no_trace_id(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    model_server.script("root", rlm_step("Done.", "SUBMIT(answer='ok')"))
+    fleet = FleetService(make_settings(), database=Database(str(make_settings().database_url)))
+    await fleet.start()
+    try:
+        assert fleet.tracer is None
+        await fleet.create_session(name="plain")
+        turn, _ = await fleet.submit_turn("plain", TurnSubmission(message="x"))
+        assert (await fleet.wait_for_turn(turn.id)).trace_id is None
+    finally:
+        await fleet.stop()
 
 
 @pytest.mark.parametrize("endpoint", ["localhost:4318", "ftp://collector:4318", "http://collector:4318/?x=1"])
@@ -153,3 +184,19 @@ def test_a_bad_endpoint_is_refused_naming_the_setting(endpoint: str) -> None:
 def test_tracing_is_off_without_an_endpoint() -> None:
     assert configured_tracer(Settings.model_validate({})) is None
     assert configured_tracer(Settings.model_validate({"otel_exporter_otlp_endpoint": "  "})) is None
+
+
+def test_trace_in_fleet_chat_shows_the_turns_trace_id(model_server: ScriptedModelServer, home: Path) -> None:
+    model_server.script("root", rlm_step("Done.", "SUBMIT(answer='ok')"))
+    with OtlpReceiver() as receiver:
+        settings = scripted_settings(
+            model_server, home, sandbox_pool_size=1, otel_exporter_otlp_endpoint=receiver.endpoint
+        )
+        with server_in_thread(settings) as api, ChatClient(api.base_url) as client:
+            chat = Chat(client, "work")
+            chat.run("a question")
+            trace = chat.run("/trace 1")
+            stored = client.turns("work")[0]["trace_id"]
+    assert trace[0] == "turn #1: a question"
+    assert trace[-1] == f"trace id: {stored}"
+    assert stored in {s.trace_id for s in receiver.spans}

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -359,13 +359,29 @@ class FleetService:
             plan = TurnPlan(turn=turn, session=session, settings=settings, history=submission.history)
             channel = self.channels.open(turn.id)
             if self.tracer is not None:
-                channel.subscribe(self.tracer.observer(session.id))
+                channel.subscribe(self.tracer.observer(session.id, self._keeping_trace_id(turn.id)))
             execution = TurnExecution(
                 plan, self.store, self.files, self.pool, channel, self.journal, self.memory, self._running_slots()
             )
             self.executions[turn.id] = execution
             execution.start().add_done_callback(lambda _task: self._forget(turn.id))
         return turn, created
+
+    def _keeping_trace_id(self, turn_id: str) -> Callable[[str], None]:
+        """Stores a turn's trace id on it as soon as its trace starts (long before the turn can end)."""
+
+        def keep(trace_id: str) -> None:
+            async def store() -> None:
+                try:
+                    await self.store.set_trace_id(turn_id, trace_id)
+                except Exception:
+                    log.exception("turn %s: could not store its trace id", turn_id)
+
+            task = asyncio.create_task(store())
+            self._cleanups.add(task)
+            task.add_done_callback(self._cleanups.discard)
+
+        return keep
 
     def _running_slots(self) -> asyncio.Semaphore | None:
         """How many turns may run at once in this process; the rest wait ``queued``, in order."""

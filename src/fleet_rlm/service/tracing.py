@@ -12,6 +12,7 @@ semantic conventions where one applies (``invoke_agent``, ``chat``, ``execute_to
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -292,9 +293,10 @@ class TurnTracer:
         self.model = model
         self._tracer = provider.get_tracer(SCOPE)
 
-    def observer(self, session_id: str) -> TurnObserver:
-        """A new turn's span builder: call it with every event of the turn, in order."""
-        return TurnObserver(_TurnSpans(self._tracer, self.model, session_id))
+    def observer(self, session_id: str, on_trace: Callable[[str], None] | None = None) -> TurnObserver:
+        """A new turn's span builder: call it with every event of the turn, in order. ``on_trace`` is
+        called once with the turn's trace id, when its root span starts."""
+        return TurnObserver(_TurnSpans(self._tracer, self.model, session_id), on_trace)
 
     def shutdown(self) -> None:
         """Send what is buffered and stop."""
@@ -302,8 +304,9 @@ class TurnTracer:
 
 
 class TurnObserver:
-    def __init__(self, spans: _TurnSpans) -> None:
+    def __init__(self, spans: _TurnSpans, on_trace: Callable[[str], None] | None) -> None:
         self._spans = spans
+        self._on_trace = on_trace
 
     @property
     def trace_id(self) -> str | None:
@@ -313,6 +316,9 @@ class TurnObserver:
     def __call__(self, event: Event) -> None:
         try:
             self._spans.observe(event)
+            if self._on_trace is not None and self._spans.trace_id is not None:
+                on_trace, self._on_trace = self._on_trace, None
+                on_trace(self._spans.trace_id)
         except Exception:  # tracing never breaks a turn
             log.exception("turn %s: tracing event %d failed", event.turn_id, event.seq)
 

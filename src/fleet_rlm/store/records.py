@@ -78,6 +78,8 @@ class TurnRecord(RowView):
     runner: str | None = None
     program_version: str | None = None
     """The version of the program the turn ran; None before it started."""
+    trace_id: str | None = None
+    """The turn's trace in the tracing backend (32 hex digits); None when it was not traced."""
     created_at: dt.datetime | None = None
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
