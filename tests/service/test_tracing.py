@@ -3,6 +3,7 @@ exporter, and exported over real OTLP/HTTP to a local receiver (the optional ext
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from fleet_rlm.config import Settings
 from fleet_rlm.models.scripted import Reply, ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
 from fleet_rlm.service.service import FleetService, TurnSubmission, configured_tracer
-from fleet_rlm.service.tracing import TurnTracer
+from fleet_rlm.service.tracing import OtelBackend, TurnTracer
 from fleet_rlm.store import Database, TurnRecord
 from fleet_rlm.testing.otlp import OtlpReceiver
 from fleet_rlm.testing.settings import scripted_settings
@@ -56,7 +57,7 @@ def exporter() -> Iterator[InMemorySpanExporter]:
 
 
 async def _run_turn(settings: Settings, tracer: TurnTracer | None = None) -> TurnRecord:
-    fleet = FleetService(settings, database=Database(str(settings.database_url)), tracer=tracer)
+    fleet = FleetService(settings, tracer=tracer)
     await fleet.start()
     try:
         await fleet.create_session(name="traced")
@@ -81,7 +82,7 @@ async def test_a_turn_is_one_span_tree_with_iterations_model_calls_code_tools_an
     _script(model_server)
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    done = await _run_turn(make_settings(), TurnTracer(provider, model="openai/root"))
+    done = await _run_turn(make_settings(), TurnTracer(OtelBackend(provider), model="openai/root"))
     turn_id = done.id
 
     spans: tuple[ReadableSpan, ...] = exporter.get_finished_spans()
@@ -200,3 +201,52 @@ def test_trace_in_fleet_chat_shows_the_turns_trace_id(model_server: ScriptedMode
     assert trace[0] == "turn #1: a question"
     assert trace[-1] == f"trace id: {stored}"
     assert stored in {s.trace_id for s in receiver.spans}
+
+
+@pytest.fixture
+def mlflow_reset() -> Iterator[None]:
+    """MLflow keeps its tracking URI and autologging process-wide: leave them as they were."""
+    import mlflow
+
+    yield
+    mlflow.dspy.autolog(disable=True)
+    mlflow.set_tracking_uri(None)
+
+
+# MLflow's own store queries use a loader strategy SQLAlchemy 2.1 deprecates (Fleet's do not).
+@pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy is deprecated:DeprecationWarning")
+@pytest.mark.usefixtures("mlflow_reset")
+def test_mlflow_gets_each_turn_as_one_trace_in_a_local_store_beside_dspy_autolog(
+    model_server: ScriptedModelServer, home: Path
+) -> None:
+    import mlflow
+
+    _script(model_server)
+    settings = scripted_settings(model_server, home, sandbox_pool_size=1, trace_turns=True)
+    # Outside any event loop, as a program would (autolog configures DSPy, which binds to its caller).
+    mlflow.dspy.autolog()
+    done = asyncio.run(_run_turn(settings))
+
+    store = home / "mlflow" / "mlflow.db"
+    assert store.is_file()  # the default: a local store under Fleet's data dir
+    mlflow.set_tracking_uri(f"sqlite:///{store}")
+    experiment = mlflow.get_experiment_by_name("fleet-rlm")
+    assert experiment is not None
+    [trace] = mlflow.search_traces(locations=[experiment.experiment_id], return_type="list")
+    # DSPy's autologging wrote its own traces of the same run, beside the turn's, in the default experiment.
+    assert mlflow.search_traces(locations=["0"], return_type="list")
+    assert trace.info.trace_id == done.trace_id  # stored on the turn
+    spans = trace.data.spans
+    by_id = {s.span_id: s for s in spans}
+    [root] = [s for s in spans if s.parent_id is None]
+    assert root.name == "invoke_agent fleet-rlm" and root.span_type == "AGENT"
+    assert root.attributes["fleet.turn.id"] == done.id and root.attributes["fleet.status"] == "completed"
+    assert trace.info.token_usage is not None and trace.info.token_usage["input_tokens"] == done.usage["input_tokens"]
+    names = {s.name for s in spans}
+    assert {"route rlm", "iteration 1", "iteration 2", "execute_code", "chat openai/root"} <= names
+    tool = next(s for s in spans if s.name == "execute_tool llm_query")
+    assert tool.span_type == "TOOL" and by_id[tool.parent_id].name == "iteration 1"
+    children = [s for s in spans if s.name == "invoke_agent fleet-rlm child"]
+    assert len(children) == 2 and all(by_id[c.parent_id].name == "iteration 2" for c in children)
+    failed = next(s for s in spans if s.name == "execute_code" and by_id[s.parent_id] is by_id[tool.parent_id])
+    assert failed.status.status_code == "ERROR"

@@ -235,6 +235,28 @@ class TracingSettings(BaseModel):
         description="OTLP/HTTP endpoint (e.g. http://localhost:4318) that receives one span tree per turn, at "
         "<endpoint>/v1/traces; off if unset.",
     )
+    trace_turns: bool = Field(
+        default=False,
+        description="Trace each turn to MLflow: to mlflow_tracking_uri, else a local store under Fleet's data dir.",
+    )
+    mlflow_tracking_uri: str | None = Field(
+        default=None,
+        description="MLflow tracking URI (e.g. http://localhost:5000, sqlite:///path/mlflow.db) for the turns' "
+        "traces; setting it turns MLflow tracing on.",
+    )
+
+    @property
+    def mlflow_on(self) -> bool:
+        return self.trace_turns or self.mlflow_tracking_uri is not None
+
+    @property
+    def on(self) -> bool:
+        return self.mlflow_on or self.otel_exporter_otlp_endpoint is not None
+
+    @field_validator("mlflow_tracking_uri")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        return value.strip() if value is not None and value.strip() else None
 
     @field_validator("otel_exporter_otlp_endpoint")
     @classmethod

@@ -89,16 +89,17 @@ class Readiness:
 
 def configured_tracer(settings: Settings) -> TurnTracer | None:
     """The tracer the settings ask for (None: tracing is off); tracing needs the optional extra."""
-    if settings.tracing.otel_exporter_otlp_endpoint is None:
+    if not settings.tracing.on:
         return None
     try:
         from fleet_rlm.service.tracing import tracer_from_settings
+
+        return tracer_from_settings(settings)
     except ImportError as exc:
         raise ConfigError(
-            "tracing is on (FLEET_OTEL_EXPORTER_OTLP_ENDPOINT) but its extra is not installed: "
-            f"pip install 'fleet-rlm[tracing]' ({exc})"
+            "tracing is on (FLEET_OTEL_EXPORTER_OTLP_ENDPOINT, FLEET_TRACE_TURNS or FLEET_MLFLOW_TRACKING_URI) "
+            f"but its extra is not installed: pip install 'fleet-rlm[tracing]' ({exc})"
         ) from exc
-    return tracer_from_settings(settings)
 
 
 class FleetService:
@@ -359,7 +360,8 @@ class FleetService:
             plan = TurnPlan(turn=turn, session=session, settings=settings, history=submission.history)
             channel = self.channels.open(turn.id)
             if self.tracer is not None:
-                channel.subscribe(self.tracer.observer(session.id, self._keeping_trace_id(turn.id)))
+                for observer in self.tracer.observers(session.id, self._keeping_trace_id(turn.id)):
+                    channel.subscribe(observer)
             execution = TurnExecution(
                 plan, self.store, self.files, self.pool, channel, self.journal, self.memory, self._running_slots()
             )

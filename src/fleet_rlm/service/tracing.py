@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -34,28 +34,102 @@ AGENT_NAME = "fleet-rlm"
 SERVICE_NAME = "fleet-rlm"
 SCOPE = "fleet_rlm"
 _FAILED = {EventType.TURN_FAILED, EventType.TURN_INTERRUPTED}
-_MODEL_REPLY = {EventType.REASONING, EventType.CODE}
+SpanKindName = Literal["turn", "route", "iteration", "chat", "code", "tool", "child", "other"]
 
 
 def _ns(ts: float) -> int:
     return int(ts * 1e9)
 
 
+class TraceSpan(Protocol):
+    """One span as a tracing backend keeps it."""
+
+    def set_attributes(self, attributes: dict[str, Any]) -> None: ...
+    def usage(self, input_tokens: int, output_tokens: int, *, whole_turn: bool) -> None:
+        """Tokens used under this span (the whole turn's at the root, children included)."""
+        ...
+
+    def fail(self, error_type: str, message: str) -> None: ...
+    def mark(self, name: str, attributes: dict[str, Any], ts: float) -> None: ...
+    def end(self, ts: float) -> None: ...
+
+
+class TraceBackend(Protocol):
+    """Where a turn's spans go: OpenTelemetry (OTLP), MLflow (``fleet_rlm.service.tracing_mlflow``)."""
+
+    def start(
+        self, name: str, kind: SpanKindName, parent: TraceSpan | None, ts: float, attributes: dict[str, Any]
+    ) -> TraceSpan:
+        """A new span; a root span (no parent) starts a new trace."""
+        ...
+
+    def trace_id(self, root: TraceSpan) -> str: ...
+
+    def shutdown(self) -> None: ...
+
+
+class _OtelSpan:
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def set_attributes(self, attributes: dict[str, Any]) -> None:
+        self.span.set_attributes(attributes)
+
+    def usage(self, input_tokens: int, output_tokens: int, *, whole_turn: bool) -> None:
+        self.span.set_attributes(
+            {"gen_ai.usage.input_tokens": input_tokens, "gen_ai.usage.output_tokens": output_tokens}
+        )
+
+    def fail(self, error_type: str, message: str) -> None:
+        self.span.set_attribute("error.type", error_type)
+        self.span.set_status(Status(StatusCode.ERROR, message[:200]))
+
+    def mark(self, name: str, attributes: dict[str, Any], ts: float) -> None:
+        self.span.add_event(name, attributes=attributes, timestamp=_ns(ts))
+
+    def end(self, ts: float) -> None:
+        self.span.end(end_time=_ns(ts))
+
+
+class OtelBackend:
+    """Spans to the span processors of an OpenTelemetry SDK ``provider`` (an OTLP exporter, or a test's)."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self.provider = provider
+        self._tracer = provider.get_tracer(SCOPE)
+
+    def start(
+        self, name: str, kind: SpanKindName, parent: TraceSpan | None, ts: float, attributes: dict[str, Any]
+    ) -> TraceSpan:
+        context = trace.set_span_in_context(parent.span) if isinstance(parent, _OtelSpan) else Context()
+        span = self._tracer.start_span(
+            name, context=context, kind=SpanKind.INTERNAL, start_time=_ns(ts), attributes=attributes
+        )
+        return _OtelSpan(span)
+
+    def trace_id(self, root: TraceSpan) -> str:
+        assert isinstance(root, _OtelSpan)
+        return format(root.span.get_span_context().trace_id, "032x")
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+
+
 @dataclass
 class _Open:
-    span: Span
+    span: TraceSpan
     parent: str | None
     started: float
-    kind: str
+    kind: SpanKindName
     model_call_done: bool = False
-    execution: Span | None = None
+    execution: TraceSpan | None = None
 
 
 @dataclass
 class _TurnSpans:
     """The open spans of one turn, by the event stream's span ids."""
 
-    tracer: trace.Tracer
+    backend: TraceBackend
     model: str | None
     session_id: str
     open: dict[str, _Open] = field(default_factory=dict)
@@ -93,16 +167,10 @@ class _TurnSpans:
         }
         if self.model:
             attributes["gen_ai.request.model"] = self.model
-        span = self.tracer.start_span(
-            f"invoke_agent {AGENT_NAME}",
-            context=Context(),
-            kind=SpanKind.INTERNAL,
-            start_time=_ns(event.ts),
-            attributes=attributes,
-        )
+        span = self.backend.start(f"invoke_agent {AGENT_NAME}", "turn", None, event.ts, attributes)
         self.root = event.span_id
         self.open[event.span_id] = _Open(span, None, event.ts, "turn")
-        self.trace_id = format(span.get_span_context().trace_id, "032x")
+        self.trace_id = self.backend.trace_id(span)
 
     def _open_span(self, event: Event) -> None:
         parent_id = event.parent_span_id if event.parent_span_id in self.open else self.root
@@ -112,18 +180,13 @@ class _TurnSpans:
             for sibling_id in [k for k, o in self.open.items() if o.parent == parent_id and o.kind == "iteration"]:
                 self._end(sibling_id, event.ts)
         name, kind, attributes = _describe(event)
-        span = self.tracer.start_span(
-            name,
-            context=trace.set_span_in_context(parent.span),
-            start_time=_ns(event.ts),
-            attributes=attributes,
-        )
+        span = self.backend.start(name, kind, parent.span, event.ts, attributes)
         self.open[event.span_id] = _Open(span, parent_id, event.ts, kind)
 
-    def _child_span(self, parent: _Open, name: str, ts: float, attributes: dict[str, Any]) -> Span:
-        return self.tracer.start_span(
-            name, context=trace.set_span_in_context(parent.span), start_time=_ns(ts), attributes=attributes
-        )
+    def _child_span(
+        self, parent: _Open, name: str, kind: SpanKindName, ts: float, attributes: dict[str, Any]
+    ) -> TraceSpan:
+        return self.backend.start(name, kind, parent.span, ts, attributes)
 
     # What happens inside a span ---------------------------------------------------------------
 
@@ -131,11 +194,15 @@ class _TurnSpans:
         assert self.root is not None
         root = self.open[self.root]
         route = str(event.data.get("route", ""))
-        root.span.set_attribute("fleet.route", route)
+        root.span.set_attributes({"fleet.route": route})
         span = self._child_span(
-            root, f"route {route}", root.started, {"fleet.route": route, "fleet.route.reason": event.data["reason"]}
+            root,
+            f"route {route}",
+            "route",
+            root.started,
+            {"fleet.route": route, "fleet.route.reason": str(event.data["reason"])},
         )
-        span.end(end_time=_ns(event.ts))
+        span.end(event.ts)
         root.started = event.ts  # a reply at the root (direct, flex) is asked for once the route is chosen
 
     def _model_reply(self, event: Event) -> None:
@@ -146,8 +213,8 @@ class _TurnSpans:
         attributes: dict[str, Any] = {"gen_ai.operation.name": "chat"}
         if self.model:
             attributes["gen_ai.request.model"] = self.model
-        call = self._child_span(owner, f"chat {self.model or 'model'}", owner.started, attributes)
-        call.end(end_time=_ns(event.ts))
+        call = self._child_span(owner, f"chat {self.model or 'model'}", "chat", owner.started, attributes)
+        call.end(event.ts)
         owner.model_call_done = True
 
     def _code(self, event: Event) -> None:
@@ -155,7 +222,7 @@ class _TurnSpans:
         owner = self.open.get(event.span_id)
         if owner is not None and owner.execution is None:
             owner.execution = self._child_span(
-                owner, "execute_code", event.ts, {"fleet.code.chars": len(event.data["code"])}
+                owner, "execute_code", "code", event.ts, {"fleet.code.chars": len(event.data["code"])}
             )
 
     def _execution_failed(self, event: Event) -> None:
@@ -163,8 +230,7 @@ class _TurnSpans:
         if owner is None:
             return
         target = owner.execution or owner.span
-        target.set_attribute("error.type", str(event.data["error_type"]))
-        target.set_status(Status(StatusCode.ERROR, str(event.data["error_type"])))
+        target.fail(str(event.data["error_type"]), str(event.data["error_type"]))
 
     def _tool_finished(self, event: Event) -> None:
         opened = self.open.get(event.span_id)
@@ -172,8 +238,7 @@ class _TurnSpans:
             return
         error = event.data.get("error")
         if error:
-            opened.span.set_attribute("error.type", "tool_error")
-            opened.span.set_status(Status(StatusCode.ERROR, str(error)[:200]))
+            opened.span.fail("tool_error", str(error))
         self._end(event.span_id, event.ts)
 
     def _child_finished(self, event: Event) -> None:
@@ -187,13 +252,11 @@ class _TurnSpans:
                 "fleet.child.outcome": str(data.get("outcome", "")),
                 "fleet.iterations": int(usage.get("iterations", 0)),
                 "fleet.model_calls": int(usage.get("model_calls", 0)),
-                "gen_ai.usage.input_tokens": int(usage.get("input_tokens", 0)),
-                "gen_ai.usage.output_tokens": int(usage.get("output_tokens", 0)),
             }
         )
+        opened.span.usage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)), whole_turn=False)
         if data.get("outcome") != "completed":
-            opened.span.set_attribute("error.type", str(data.get("outcome")))
-            opened.span.set_status(Status(StatusCode.ERROR, str(data.get("error") or data.get("outcome"))[:200]))
+            opened.span.fail(str(data.get("outcome")), str(data.get("error") or data.get("outcome")))
         self._end(event.span_id, event.ts)
 
     def _mark(self, event: Event) -> None:
@@ -204,7 +267,7 @@ class _TurnSpans:
         attributes = {
             f"fleet.{k}": v for k, v in event.data.items() if isinstance(v, (str, int, float, bool)) and k != "text"
         }
-        opened.span.add_event(event.type.value, attributes=attributes, timestamp=_ns(event.ts))
+        opened.span.mark(event.type.value, attributes, event.ts)
 
     # Closing ----------------------------------------------------------------------------------
 
@@ -215,33 +278,31 @@ class _TurnSpans:
         if opened is None:
             return
         if opened.execution is not None:
-            opened.execution.end(end_time=_ns(ts))
-        opened.span.end(end_time=_ns(ts))
+            opened.execution.end(ts)
+        opened.span.end(ts)
 
     def _end_turn(self, event: Event) -> None:
         assert self.root is not None
         root = self.open[self.root].span
         status = TurnStatus(event.type.value.removeprefix("turn."))
         usage = event.data.get("usage") or {}
-        root.set_attribute("fleet.status", status.value)
+        root.set_attributes({"fleet.status": status.value})
         if usage:
+            root.usage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)), whole_turn=True)
             root.set_attributes(
                 {
-                    "gen_ai.usage.input_tokens": int(usage.get("input_tokens", 0)),
-                    "gen_ai.usage.output_tokens": int(usage.get("output_tokens", 0)),
                     "fleet.model_calls": int(usage.get("model_calls", 0)),
                     "fleet.iterations": int(usage.get("iterations", 0)),
                     "fleet.children": int(usage.get("children", 0)),
                 }
             )
         if event.type in _FAILED:
-            root.set_attribute("error.type", status.value)
-            root.set_status(Status(StatusCode.ERROR, str(event.data.get("reason", ""))[:200]))
+            root.fail(status.value, str(event.data.get("reason", "")))
         self._end(self.root, event.ts)
         self.ended = True
 
 
-def _describe(event: Event) -> tuple[str, str, dict[str, Any]]:
+def _describe(event: Event) -> tuple[str, SpanKindName, dict[str, Any]]:
     """The name, kind and attributes of the span an event opens."""
     data = event.data
     if event.type is EventType.ITERATION_STARTED:
@@ -286,21 +347,24 @@ _HANDLERS = {
 
 
 class TurnTracer:
-    """Spans of every turn, to the span processors of ``provider`` (an OTLP exporter, or a test's)."""
+    """Every turn's span tree, to each backend (OpenTelemetry, MLflow)."""
 
-    def __init__(self, provider: TracerProvider, *, model: str | None = None) -> None:
-        self.provider = provider
+    def __init__(self, *backends: TraceBackend, model: str | None = None) -> None:
+        self.backends = backends
         self.model = model
-        self._tracer = provider.get_tracer(SCOPE)
 
-    def observer(self, session_id: str, on_trace: Callable[[str], None] | None = None) -> TurnObserver:
-        """A new turn's span builder: call it with every event of the turn, in order. ``on_trace`` is
-        called once with the turn's trace id, when its root span starts."""
-        return TurnObserver(_TurnSpans(self._tracer, self.model, session_id), on_trace)
+    def observers(self, session_id: str, on_trace: Callable[[str], None] | None = None) -> list[TurnObserver]:
+        """A new turn's span builders, one per backend: call each with every event of the turn, in order.
+        ``on_trace`` is called once with the turn's trace id in the first backend, when its trace starts."""
+        return [
+            TurnObserver(_TurnSpans(backend, self.model, session_id), on_trace if index == 0 else None)
+            for index, backend in enumerate(self.backends)
+        ]
 
     def shutdown(self) -> None:
         """Send what is buffered and stop."""
-        self.provider.shutdown()
+        for backend in self.backends:
+            backend.shutdown()
 
 
 class TurnObserver:
@@ -324,10 +388,24 @@ class TurnObserver:
 
 
 def tracer_from_settings(settings: Settings) -> TurnTracer | None:
-    """The tracer the settings ask for, or None when tracing is off."""
-    endpoint = settings.tracing.otel_exporter_otlp_endpoint
-    if endpoint is None:
-        return None
-    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
-    return TurnTracer(provider, model=settings.lm.model)
+    """The tracer the settings ask for, or None when tracing is off: OTLP export when an endpoint is set,
+    MLflow when ``trace_turns`` is on or a tracking URI is set."""
+    tracing = settings.tracing
+    backends: list[TraceBackend] = []
+    if tracing.otel_exporter_otlp_endpoint is not None:
+        provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
+        exporter = OTLPSpanExporter(endpoint=f"{tracing.otel_exporter_otlp_endpoint}/v1/traces")
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        backends.append(OtelBackend(provider))
+    if tracing.mlflow_on:
+        from fleet_rlm.service.tracing_mlflow import MlflowBackend
+
+        backends.append(MlflowBackend(tracing.mlflow_tracking_uri or default_mlflow_uri(settings)))
+    return TurnTracer(*backends, model=settings.lm.model) if backends else None
+
+
+def default_mlflow_uri(settings: Settings) -> str:
+    """A local MLflow store under Fleet's data dir."""
+    folder = settings.data_dir / "mlflow"
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'mlflow.db'}"

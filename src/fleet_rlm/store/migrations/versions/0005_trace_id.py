@@ -17,7 +17,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.add_column("turns", sa.Column("trace_id", sa.String(32), nullable=True))
+    op.add_column("turns", sa.Column("trace_id", sa.String(64), nullable=True))
 
 
 def downgrade() -> None:
