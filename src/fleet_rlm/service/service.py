@@ -190,13 +190,14 @@ class FleetService:
         tasks = [e.task for e in executions if e.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_SECONDS)
+        if self.tracer is not None:
+            await asyncio.to_thread(self.tracer.shutdown)
+            await asyncio.sleep(0)  # trace ids handed over while it shut down start being stored
         if self._cleanups:
             await asyncio.wait(list(self._cleanups), timeout=SHUTDOWN_GRACE_SECONDS)
         await self.journal.close()
         if self._pool is not None:
             await self._pool.close()
-        if self.tracer is not None:
-            await asyncio.to_thread(self.tracer.shutdown)
         await self.database.dispose()
 
     async def readiness(self) -> Readiness:
@@ -370,18 +371,23 @@ class FleetService:
         return turn, created
 
     def _keeping_trace_id(self, turn_id: str) -> Callable[[str], None]:
-        """Stores a turn's trace id on it as soon as its trace starts (long before the turn can end)."""
+        """Stores a turn's trace id on it as soon as its trace starts, moments after the turn's start."""
 
-        def keep(trace_id: str) -> None:
-            async def store() -> None:
-                try:
-                    await self.store.set_trace_id(turn_id, trace_id)
-                except Exception:
-                    log.exception("turn %s: could not store its trace id", turn_id)
+        loop = asyncio.get_running_loop()
 
-            task = asyncio.create_task(store())
+        async def store(trace_id: str) -> None:
+            try:
+                await self.store.set_trace_id(turn_id, trace_id)
+            except Exception:
+                log.exception("turn %s: could not store its trace id", turn_id)
+
+        def start_storing(trace_id: str) -> None:
+            task = asyncio.create_task(store(trace_id))
             self._cleanups.add(task)
             task.add_done_callback(self._cleanups.discard)
+
+        def keep(trace_id: str) -> None:  # on a tracing thread
+            loop.call_soon_threadsafe(start_storing, trace_id)
 
         return keep
 

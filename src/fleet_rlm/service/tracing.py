@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -347,37 +348,55 @@ _HANDLERS = {
 
 
 class TurnTracer:
-    """Every turn's span tree, to each backend (OpenTelemetry, MLflow)."""
+    """Every turn's span tree, to each backend (OpenTelemetry, MLflow).
+
+    Each backend builds its spans on a thread of its own, in event order: a backend may do I/O when a
+    span starts or ends (MLflow writes to its store), and the event loop that runs turns must not wait
+    for it.
+    """
 
     def __init__(self, *backends: TraceBackend, model: str | None = None) -> None:
         self.backends = backends
         self.model = model
+        self._workers = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tracing-{type(backend).__name__}")
+            for backend in backends
+        ]
 
     def observers(self, session_id: str, on_trace: Callable[[str], None] | None = None) -> list[TurnObserver]:
         """A new turn's span builders, one per backend: call each with every event of the turn, in order.
-        ``on_trace`` is called once with the turn's trace id in the first backend, when its trace starts."""
+        ``on_trace`` is called once (on a tracing thread) with the turn's trace id in the first backend,
+        when its trace starts."""
         return [
-            TurnObserver(_TurnSpans(backend, self.model, session_id), on_trace if index == 0 else None)
-            for index, backend in enumerate(self.backends)
+            TurnObserver(_TurnSpans(backend, self.model, session_id), worker, on_trace if index == 0 else None)
+            for index, (backend, worker) in enumerate(zip(self.backends, self._workers, strict=True))
         ]
 
+    def drain(self) -> None:
+        """Wait until the spans of every event handed over so far are built."""
+        for worker in self._workers:
+            worker.submit(lambda: None).result()
+
     def shutdown(self) -> None:
-        """Send what is buffered and stop."""
-        for backend in self.backends:
+        """Build what is queued, send what is buffered, and stop."""
+        for backend, worker in zip(self.backends, self._workers, strict=True):
+            worker.shutdown(wait=True)
             backend.shutdown()
 
 
 class TurnObserver:
-    def __init__(self, spans: _TurnSpans, on_trace: Callable[[str], None] | None) -> None:
+    def __init__(self, spans: _TurnSpans, worker: Executor, on_trace: Callable[[str], None] | None) -> None:
         self._spans = spans
+        self._worker = worker
         self._on_trace = on_trace
 
-    @property
-    def trace_id(self) -> str | None:
-        """The turn's trace id (32 hex digits), once its ``turn.started`` was seen."""
-        return self._spans.trace_id
-
     def __call__(self, event: Event) -> None:
+        try:
+            self._worker.submit(self._observe, event)
+        except RuntimeError:  # the tracer has shut down (the server is stopping)
+            log.warning("turn %s: event %d not traced: tracing has stopped", event.turn_id, event.seq)
+
+    def _observe(self, event: Event) -> None:
         try:
             self._spans.observe(event)
             if self._on_trace is not None and self._spans.trace_id is not None:
