@@ -149,8 +149,8 @@ class TurnOut(_FromRecord):
     )
     trace_id: str | None = Field(
         None,
-        description="The turn's trace in the tracing backend (OpenTelemetry trace id, 32 hex digits); null when "
-        "tracing was off.",
+        description="The turn's trace id in the tracing backend (OpenTelemetry: 32 hex digits; MLflow alone: "
+        "tr-...); null when tracing was off.",
     )
     created_at: dt.datetime | None
     started_at: dt.datetime | None

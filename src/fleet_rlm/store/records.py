@@ -79,7 +79,8 @@ class TurnRecord(RowView):
     program_version: str | None = None
     """The version of the program the turn ran; None before it started."""
     trace_id: str | None = None
-    """The turn's trace in the tracing backend (32 hex digits); None when it was not traced."""
+    """The turn's trace id in the first tracing backend (OpenTelemetry: 32 hex digits; MLflow: ``tr-...``);
+    None when it was not traced."""
     created_at: dt.datetime | None = None
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
