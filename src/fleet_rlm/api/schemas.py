@@ -147,6 +147,11 @@ class TurnOut(_FromRecord):
     program_version: str | None = Field(
         None, description="The program the turn ran: builtin, or an approved optimization's version (v1, ...)."
     )
+    trace_id: str | None = Field(
+        None,
+        description="The turn's trace id in the tracing backend (OpenTelemetry: 32 hex digits; MLflow alone: "
+        "tr-...); null when tracing was off.",
+    )
     created_at: dt.datetime | None
     started_at: dt.datetime | None
     finished_at: dt.datetime | None

@@ -1,5 +1,5 @@
 """The sections of Fleet's settings: ``[lm]``, ``[sub_lm]``, ``[budget]``, ``[sandbox]``, ``[memory]``,
-``[quality]`` (with the ``[judge_lm]`` and ``[reflection_lm]`` models) and ``[server]`` (with ``[server.ceilings]``). Each layer is handed the section it reads."""
+``[quality]`` (with the ``[judge_lm]`` and ``[reflection_lm]`` models), ``[tracing]`` and ``[server]`` (with ``[server.ceilings]``). Each layer is handed the section it reads."""
 
 from __future__ import annotations
 
@@ -238,6 +238,52 @@ class QualitySettings(BaseModel):
         "(per session too).",
     )
     eval_concurrency: int = Field(default=2, gt=0, le=64, description="Replays an eval run runs at once.")
+
+
+class TracingSettings(BaseModel):
+    """Tracing of turns, with the optional extra ``fleet-rlm[tracing]`` (docs/integrations.md)."""
+
+    model_config = SECTION_CONFIG
+
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP endpoint (e.g. http://localhost:4318) that receives one span tree per turn, at "
+        "<endpoint>/v1/traces; off if unset.",
+    )
+    trace_turns: bool = Field(
+        default=False,
+        description="Trace each turn to MLflow: to mlflow_tracking_uri, else a local store under Fleet's data dir.",
+    )
+    mlflow_tracking_uri: str | None = Field(
+        default=None,
+        description="MLflow tracking URI (e.g. http://localhost:5000, sqlite:///path/mlflow.db) for the turns' "
+        "traces; setting it turns MLflow tracing on.",
+    )
+
+    @property
+    def mlflow_on(self) -> bool:
+        return self.trace_turns or self.mlflow_tracking_uri is not None
+
+    @property
+    def on(self) -> bool:
+        return self.mlflow_on or self.otel_exporter_otlp_endpoint is not None
+
+    @field_validator("mlflow_tracking_uri")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        return value.strip() if value is not None and value.strip() else None
+
+    @field_validator("otel_exporter_otlp_endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"must be an http:// or https:// URL with a host, not {value!r}")
+        if parts.query or parts.fragment:
+            raise ValueError(f"must have no query or fragment: {value!r}")
+        return value.strip().rstrip("/")
 
 
 class Ceilings(BaseModel):

@@ -30,6 +30,7 @@ from fleet_rlm.config.sections import (
     SandboxSettings,
     ServerSettings,
     SubLMSettings,
+    TracingSettings,
 )
 from fleet_rlm.config.sources import (
     ENV_DELIMITER,
@@ -80,6 +81,7 @@ class Settings(BaseSettings):
     quality: QualitySettings = Field(default_factory=lambda: QualitySettings())
     judge_lm: JudgeLMSettings = Field(default_factory=lambda: JudgeLMSettings())
     reflection_lm: ReflectionLMSettings = Field(default_factory=lambda: ReflectionLMSettings())
+    tracing: TracingSettings = Field(default_factory=lambda: TracingSettings())
 
     @model_validator(mode="before")
     @classmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from fleet_rlm.protocol.events import Event
+from fleet_rlm.protocol.events import Event, EventSink
 
 
 class TurnChannel:
@@ -21,11 +21,18 @@ class TurnChannel:
         self.events: list[Event] = []
         self.closed = False
         self._changed = asyncio.Event()
+        self._observers: list[EventSink] = []
+
+    def subscribe(self, observer: EventSink) -> None:
+        """Call ``observer`` with each event as it is published (synchronously; it must not block)."""
+        self._observers.append(observer)
 
     def publish(self, event: Event) -> None:
         if self.closed:
             return
         self.events.append(event)
+        for observer in self._observers:
+            observer(event)
         if event.terminal:
             self.closed = True
         self._wake()

@@ -11,12 +11,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from fleet_rlm.config import Ceilings, Settings
+from fleet_rlm.config import Ceilings, ConfigError, Settings
 from fleet_rlm.models.endpoint import probe_endpoint
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.ids import is_session_id
@@ -45,6 +45,9 @@ from fleet_rlm.store import (
     TurnRecord,
 )
 from fleet_rlm.workspace.kinds import FileKind
+
+if TYPE_CHECKING:
+    from fleet_rlm.service.tracing import TurnTracer
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +93,29 @@ class Readiness:
         return self.database.ok and self.sandbox.ok
 
 
+def configured_tracer(settings: Settings) -> TurnTracer | None:
+    """The tracer the settings ask for (None: tracing is off); tracing needs the optional extra."""
+    if not settings.tracing.on:
+        return None
+    try:
+        from fleet_rlm.service.tracing import tracer_from_settings
+
+        return tracer_from_settings(settings)
+    except ImportError as exc:
+        raise ConfigError(
+            "tracing is on (FLEET_OTEL_EXPORTER_OTLP_ENDPOINT, FLEET_TRACE_TURNS or FLEET_MLFLOW_TRACKING_URI) "
+            f"but its extra is not installed: pip install 'fleet-rlm[tracing]' ({exc})"
+        ) from exc
+
+
 class FleetService:
     def __init__(
-        self, settings: Settings, *, database: Database | None = None, backend: SandboxBackend | None = None
+        self,
+        settings: Settings,
+        *,
+        database: Database | None = None,
+        backend: SandboxBackend | None = None,
+        tracer: TurnTracer | None = None,
     ) -> None:
         self.settings = settings
         self.database = database or Database.from_settings(settings)
@@ -112,6 +135,7 @@ class FleetService:
         self._model_check_cached: tuple[float, BackendCheck] | None = None
         self._slots: asyncio.Semaphore | None = None
         self._cleanups: set[asyncio.Task[None]] = set()
+        self.tracer = tracer if tracer is not None else configured_tracer(settings)
         self._kernels: KernelRegistry | None = None
 
     @property
@@ -182,6 +206,9 @@ class FleetService:
         tasks = [e.task for e in executions if e.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_SECONDS)
+        if self.tracer is not None:
+            await asyncio.to_thread(self.tracer.shutdown)
+            await asyncio.sleep(0)  # trace ids handed over while it shut down start being stored
         if self._cleanups:
             await asyncio.wait(list(self._cleanups), timeout=SHUTDOWN_GRACE_SECONDS)
         await self.journal.close()
@@ -380,6 +407,9 @@ class FleetService:
             settings = effective_settings(self.settings, {"mode": session.mode}, session.settings, options)
             plan = TurnPlan(turn=turn, session=session, settings=settings, history=submission.history)
             channel = self.channels.open(turn.id)
+            if self.tracer is not None:
+                for observer in self.tracer.observers(session.id, self._keeping_trace_id(turn.id)):
+                    channel.subscribe(observer)
             execution = TurnExecution(
                 plan,
                 self.store,
@@ -394,6 +424,27 @@ class FleetService:
             self.executions[turn.id] = execution
             execution.start().add_done_callback(lambda _task: self._forget(turn.id))
         return turn, created
+
+    def _keeping_trace_id(self, turn_id: str) -> Callable[[str], None]:
+        """Stores a turn's trace id on it as soon as its trace starts, moments after the turn's start."""
+
+        loop = asyncio.get_running_loop()
+
+        async def store(trace_id: str) -> None:
+            try:
+                await self.store.set_trace_id(turn_id, trace_id)
+            except Exception:
+                log.exception("turn %s: could not store its trace id", turn_id)
+
+        def start_storing(trace_id: str) -> None:
+            task = asyncio.create_task(store(trace_id))
+            self._cleanups.add(task)
+            task.add_done_callback(self._cleanups.discard)
+
+        def keep(trace_id: str) -> None:  # on a tracing thread
+            loop.call_soon_threadsafe(start_storing, trace_id)
+
+        return keep
 
     def _running_slots(self) -> asyncio.Semaphore | None:
         """How many turns may run at once in this process; the rest wait ``queued``, in order."""

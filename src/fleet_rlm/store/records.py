@@ -78,6 +78,9 @@ class TurnRecord(RowView):
     runner: str | None = None
     program_version: str | None = None
     """The version of the program the turn ran; None before it started."""
+    trace_id: str | None = None
+    """The turn's trace id in the first tracing backend (OpenTelemetry: 32 hex digits; MLflow: ``tr-...``);
+    None when it was not traced."""
     created_at: dt.datetime | None = None
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None

@@ -244,6 +244,10 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries):
             )
             return bool(result.rowcount)  # type: ignore[attr-defined]
 
+    async def set_trace_id(self, turn_id: str, trace_id: str) -> None:
+        async with self.db.write() as session:
+            await session.execute(update(TurnRow).where(TurnRow.id == turn_id).values(trace_id=trace_id))
+
     async def finish_turn(
         self,
         turn_id: str,

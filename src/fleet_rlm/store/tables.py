@@ -134,6 +134,8 @@ class TurnRow(Base):
     runner: Mapped[str | None] = mapped_column(String(200))
     program_version: Mapped[str | None] = mapped_column(String(40))
     """The version of the program the turn ran (``builtin``, or an approved optimization's)."""
+    trace_id: Mapped[str | None] = mapped_column(String(64))
+    """The turn's trace id in the first tracing backend (OpenTelemetry: 32 hex digits; MLflow: tr-...)."""
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())

@@ -216,6 +216,8 @@ def do_trace(state: ChatState, args: tuple[str, ...]) -> None:
         raise CommandError(f"turn #{turn['position']} is still {turn['status']}; trace it when it ends")
     events = list(state.client.events(str(turn["id"])))
     state.console.print(trace_tree(events, f"turn #{turn['position']}: {preview(turn['message'])}"))
+    if turn.get("trace_id"):
+        state.say(f"trace id: {turn['trace_id']}", "dim")
 
 
 def do_mode(state: ChatState, args: tuple[str, ...]) -> None:
