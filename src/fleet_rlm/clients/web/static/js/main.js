@@ -185,6 +185,14 @@ function traceView() {
   const show = (turn) => {
     const view = workbench.views.get(turn.id);
     holder.replaceChildren(renderTrace(turn, view ? view.events : []));
+    // The trace id is stored moments after a traced turn starts: read the turn's record afresh.
+    call("GET", `/turns/${turn.id}`)
+      .then((fresh) => {
+        Object.assign(turn, { trace_id: fresh.trace_id });
+        const line = holder.querySelector(".trace-id");
+        if (line && fresh.trace_id) line.textContent = `Trace id: ${fresh.trace_id}`;
+      })
+      .catch(() => {});
   };
   const turns = workbench.turns;
   if (!turns.length) return h("p", {}, "No turns yet.");

@@ -1,5 +1,6 @@
 // The trace view: a turn's spans (iterations, model calls, code executions, tool calls, child agents)
-// as a waterfall with durations, from its events; the raw events download as JSONL.
+// as a waterfall with durations, from its events; the raw events download as JSONL. A traced turn
+// (OpenTelemetry or MLflow) shows its trace id, to find it in the tracing backend.
 import { formatSeconds, h } from "./dom.js";
 import { usageLine } from "./transcript.js";
 
@@ -84,6 +85,7 @@ export function renderTrace(turn, events) {
     { class: "trace", "aria-label": `Trace of turn ${turn.position ?? ""}` },
     h("p", {}, `${turn.message}`),
     h("p", { class: "usage" }, terminal ? usageLine(terminal.data.usage) : "running"),
+    h("p", { class: "trace-id" }, turn.trace_id ? `Trace id: ${turn.trace_id}` : ""),
     download,
     h("ol", { class: "waterfall", "aria-label": "Spans" }, rows),
   );
