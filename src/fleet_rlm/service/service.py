@@ -10,17 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from fleet_rlm.config import Ceilings, ConfigError, Settings
-from fleet_rlm.models.endpoint import probe_endpoint
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.ids import is_session_id
-from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend, SandboxLimits, SandboxUnavailable
+from fleet_rlm.sandbox.base import SandboxBackend, SandboxLimits, SandboxUnavailable
 from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.service import archive
 from fleet_rlm.service.channel import ChannelRegistry
@@ -30,6 +28,7 @@ from fleet_rlm.service.kernels import KernelRegistry, KernelStatus
 from fleet_rlm.service.memory import MemoryBook
 from fleet_rlm.service.overrides import check_session_settings, effective_settings
 from fleet_rlm.service.pool import SandboxPool
+from fleet_rlm.service.readiness import Readiness, ReadinessChecks
 from fleet_rlm.service.runners import is_dead, new_runner_id
 from fleet_rlm.service.writer import EventJournal
 from fleet_rlm.store import (
@@ -54,8 +53,6 @@ log = logging.getLogger(__name__)
 INTERRUPTED_REASON = "the server process running the turn stopped before the turn ended"
 STORED_POLL_SECONDS = 0.5
 SHUTDOWN_GRACE_SECONDS = 10.0
-SANDBOX_CHECK_TTL_SECONDS = 60.0
-MODEL_CHECK_TTL_SECONDS = 10.0
 
 
 @dataclass
@@ -78,19 +75,6 @@ class TurnSubmission:
             "turn_timeout": self.turn_timeout,
         }
         return check_session_settings({k: v for k, v in values.items() if v is not None}, ceilings)
-
-
-@dataclass(frozen=True)
-class Readiness:
-    database: BackendCheck
-    sandbox: BackendCheck
-    model: BackendCheck
-    """Reported, not required: sessions, files and history are served while the model endpoint is down,
-    and a provider's outage should not take every replica out of a load balancer."""
-
-    @property
-    def ok(self) -> bool:
-        return self.database.ok and self.sandbox.ok
 
 
 def configured_tracer(settings: Settings) -> TurnTracer | None:
@@ -131,8 +115,7 @@ class FleetService:
         self.executions: dict[str, TurnExecution] = {}
         self.interrupted_at_start: list[TurnRecord] = []
         self.reaped_at_start: list[dict[str, Any]] = []
-        self._sandbox_ok_until = 0.0
-        self._model_check_cached: tuple[float, BackendCheck] | None = None
+        self._readiness = ReadinessChecks(self.database, settings.lm, lambda: self.backend, lambda: self._pool)
         self._slots: asyncio.Semaphore | None = None
         self._cleanups: set[asyncio.Task[None]] = set()
         self.tracer = tracer if tracer is not None else configured_tracer(settings)
@@ -219,37 +202,7 @@ class FleetService:
         await self.database.dispose()
 
     async def readiness(self) -> Readiness:
-        try:
-            await self.database.ping()
-            database = BackendCheck(True, f"database reachable ({self.database.url.get_backend_name()})")
-        except Exception as exc:
-            database = BackendCheck(False, f"database unreachable: {type(exc).__name__}: {exc}")
-        sandbox = await self._sandbox_check()
-        if sandbox.ok and self._pool is not None and self._pool.last_error and not self._pool.idle_count:
-            sandbox = BackendCheck(False, f"sandboxes fail to start: {self._pool.last_error}")
-        return Readiness(database=database, sandbox=sandbox, model=await self._model_check())
-
-    async def _model_check(self) -> BackendCheck:
-        """The model endpoint's probe (the one ``fleet doctor`` runs), remembered for a few seconds so
-        that a polled readiness check does not poll the model server as often."""
-        now = time.monotonic()
-        if self._model_check_cached is None or self._model_check_cached[0] <= now:
-            probe = await asyncio.to_thread(probe_endpoint, self.settings.lm)
-            self._model_check_cached = (now + MODEL_CHECK_TTL_SECONDS, BackendCheck(probe.ok, probe.message, probe.fix))
-        return self._model_check_cached[1]
-
-    async def _sandbox_check(self) -> BackendCheck:
-        """The backend's own check (it starts a sandbox), remembered for a while once it passes."""
-        now = time.monotonic()
-        if self._sandbox_ok_until > now:
-            return BackendCheck(True, "sandbox backend usable")
-        try:
-            check = await asyncio.to_thread(self.backend.check)
-        except Exception as exc:
-            check = BackendCheck(False, f"sandbox backend unusable: {type(exc).__name__}: {exc}")
-        if check.ok:
-            self._sandbox_ok_until = now + SANDBOX_CHECK_TTL_SECONDS
-        return check
+        return await self._readiness.check()
 
     # Sessions ---------------------------------------------------------------------------------
 
