@@ -30,8 +30,22 @@ def guarded(make_settings: SettingsFactory) -> Iterator[RunningServer]:
         yield server
 
 
+_OPEN_CLIENTS: list[openai.OpenAI] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    """Each SDK client a test made is closed after it: an unclosed one's socket would be collected (a
+    ResourceWarning, an error here) in whichever test runs next."""
+    yield
+    while _OPEN_CLIENTS:
+        _OPEN_CLIENTS.pop().close()
+
+
 def sdk(server: RunningServer, token: str = TOKEN, **kwargs: object) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key=token, max_retries=0, **kwargs)  # type: ignore[arg-type]
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key=token, max_retries=0, **kwargs)  # type: ignore[arg-type]
+    _OPEN_CLIENTS.append(client)
+    return client
 
 
 def fleet(server: RunningServer) -> httpx.Client:

@@ -88,8 +88,10 @@ def test_a_nul_anywhere_in_the_conversation_is_refused(guarded: RunningServer) -
 
 
 def test_oversized_and_malformed_bodies(guarded: RunningServer, model_server: ScriptedModelServer) -> None:
-    client = openai.OpenAI(base_url=guarded.base_url + "/v1", api_key=TOKEN, max_retries=0)
-    with pytest.raises(openai.APIStatusError) as large:
+    with (
+        openai.OpenAI(base_url=guarded.base_url + "/v1", api_key=TOKEN, max_retries=0) as client,
+        pytest.raises(openai.APIStatusError) as large,
+    ):
         client.chat.completions.create(model="fleet-rlm", messages=[{"role": "user", "content": "x" * 100_000}])
     assert large.value.status_code == 413 and large.value.code == "body_too_large"
     too_many = post(guarded, {"model": "fleet-rlm", "messages": [{"role": "user", "content": "x"}] * 1001})
