@@ -49,7 +49,7 @@ INSTALL_FIX = (
 )
 BUILD_FIX = "run `fleet sandbox build` to see the build's output; check that uv can reach the package index"
 LIMITS_FIX = (
-    "run Fleet as root with writable cgroups, libseccomp2, loop devices and e2fsprogs (docs/security.md); "
+    "run Fleet as root with writable cgroups, loop devices and e2fsprogs, on x86-64 or aarch64 (docs/security.md); "
     "or set FLEET_SANDBOX_REQUIRE_LIMITS=false to run sandboxes without the missing bounds"
 )
 # What the probe in check() may find in the sandbox's environment.

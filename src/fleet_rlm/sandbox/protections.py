@@ -200,5 +200,4 @@ def _tmp_row(machine: MachineProtections, limits: SandboxLimits) -> Protection:
 def _seccomp_row(machine: MachineProtections) -> Protection:
     if machine.seccomp is None:
         return Protection("seccomp", False, machine.seccomp_note)
-    unknown = f"; not known to this libseccomp: {', '.join(machine.seccomp.unknown)}" if machine.seccomp.unknown else ""
-    return Protection("seccomp", True, f"namespaces, mounts, ptrace, keyring, bpf, io_uring, modules denied{unknown}")
+    return Protection("seccomp", True, "namespaces, mounts, ptrace, keyring, bpf, io_uring, modules denied")
