@@ -23,7 +23,11 @@ from fleet_rlm.sandbox.seccomp import (
     assemble,
 )
 
-pyseccomp: Any = pytest.importorskip("pyseccomp", reason="libseccomp (apt-get install libseccomp2) is the reference")
+try:
+    import pyseccomp as _pyseccomp
+except (ImportError, OSError, RuntimeError) as missing:  # pyseccomp raises when libseccomp is missing
+    pytest.skip(f"libseccomp (apt-get install libseccomp2) is the reference: {missing}", allow_module_level=True)
+pyseccomp: Any = _pyseccomp
 
 EPERM = 0x00050000 | errno.EPERM
 ENOSYS = 0x00050000 | errno.ENOSYS
