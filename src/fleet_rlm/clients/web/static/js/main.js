@@ -81,7 +81,12 @@ function sessionEntry(session) {
   const item = h("li", { class: current ? "current" : "" }, link, h("span", { class: "entry-actions" }, rename, remove));
   rename.addEventListener("click", () => {
     const input = h("input", { type: "text", value: title, "aria-label": `New title for ${title}`, maxlength: "200" });
+    // Enter, Escape and the blur that removing the input causes each end the edit: only the first counts,
+    // so the list is not reloaded twice (a second reload would undo a Delete's confirm step begun meanwhile).
+    let ended = false;
     const save = async () => {
+      if (ended) return;
+      ended = true;
       if (input.value.trim() && input.value.trim() !== title) {
         try {
           await call("PATCH", `/sessions/${session.id}`, { json: { title: input.value.trim() } });
@@ -93,7 +98,10 @@ function sessionEntry(session) {
     };
     input.addEventListener("keydown", (event) => {
       if (event.key === "Enter") save();
-      if (event.key === "Escape") renderSessions();
+      if (event.key === "Escape" && !ended) {
+        ended = true;
+        renderSessions();
+      }
     });
     input.addEventListener("blur", save, { once: true });
     item.replaceChildren(input);
