@@ -27,6 +27,11 @@ def build_lm(lm: LMSettings) -> dspy.LM:
     elif lm.base_url:
         # OpenAI-compatible servers without auth still expect the header to be present.
         kwargs["api_key"] = "not-needed"
+    if lm.base_url and lm.max_tokens:
+        # LiteLLM sends the limit as ``max_completion_tokens``, which some OpenAI-compatible servers
+        # (llama.cpp's among them) ignore, so a reply would run until the context is full. Such a server
+        # reads ``max_tokens``; it is sent as well.
+        kwargs["extra_body"] = {"max_tokens": lm.max_tokens}
     return dspy.LM(
         model,
         temperature=lm.temperature,
