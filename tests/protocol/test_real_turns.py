@@ -22,7 +22,8 @@ import pytest
 
 from fleet_rlm.models.scripted import Reply, ScriptedModelServer, fields_reply, rlm_step
 from fleet_rlm.protocol.events import TERMINAL_TYPES, EventType
-from fleet_rlm.service.service import FleetService, TurnSubmission
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Database, Store
 from tests.api.server import RunningServer, server_in_thread
 

@@ -21,7 +21,8 @@ from fleet_rlm.engine.program import FleetTask
 from fleet_rlm.models.scripted import Reply, ScriptedModelServer, fields_reply, rlm_step, task_of
 from fleet_rlm.quality.labels import label_turn
 from fleet_rlm.quality.optimize import approve, optimize
-from fleet_rlm.service.service import FleetService, TurnSubmission
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Conflict, Database, Invalid
 
 from .conftest import JUDGE, TOTAL_CODE, captured_turn, judge_says

@@ -14,7 +14,8 @@ from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.quality.labels import label_turn
 from fleet_rlm.quality.replay import ReplayUnavailable, replay
 from fleet_rlm.service.replays import ReplaySnapshot
-from fleet_rlm.service.service import FleetService, TurnSubmission
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Conflict, Database, Invalid, NotFound
 
 from .conftest import SALES, TOTAL_CODE, SettingsFactory, captured_turn

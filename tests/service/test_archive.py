@@ -8,7 +8,8 @@ import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.service.archive import EVENT_BATCH
-from fleet_rlm.service.service import FleetService, TurnSubmission
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Conflict, Invalid
 
 pytestmark = pytest.mark.anyio
@@ -67,7 +68,11 @@ async def test_export_then_import_restores_history_events_and_files_under_new_id
     assert new_turn.id != turn_id
     assert (new_turn.message, new_turn.answer, new_turn.status) == ("make things", "made it", "completed")
     # Everything a turn says about itself survives, how its answer was reached included.
-    kept = {k: v for k, v in vars(old_turn).items() if k not in ("id", "session_id", "idempotency_key", "runner")}
+    kept = {
+        k: v
+        for k, v in vars(old_turn).items()
+        if k not in ("id", "session_id", "idempotency_key", "runner", "lease_expires_at")
+    }
     assert {k: getattr(new_turn, k) for k in kept} == kept and new_turn.answer_source == "submitted"
     old_events = await service.store.events_after(old_turn.id)
     new_events = await service.store.events_after(new_turn.id)

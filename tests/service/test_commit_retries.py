@@ -1,6 +1,6 @@
 """A turn's final commit (status, answer, last events, file changes in one transaction): a transient
 database failure is retried; one that persists leaves followers knowing the end and the stored turn
-active, for the next start-up to close as interrupted."""
+active until its lease lapses (the process no longer holds it), when it is closed as interrupted."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
-from fleet_rlm.service.service import FleetService, TurnSubmission
+from fleet_rlm.service.leases import LAPSED_REASON
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Database
 from fleet_rlm.testing.faults import FailingCalls
 
@@ -39,10 +41,10 @@ async def test_a_transient_commit_failure_is_retried(
     assert [e.seq for e in stored] == [e.seq for e in events]
 
 
-async def test_a_persistent_commit_failure_surfaces_and_the_next_start_closes_the_turn(
+async def test_a_persistent_commit_failure_surfaces_and_the_lapsed_lease_closes_the_turn(
     make_settings: SettingsFactory, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = make_settings()
+    settings = make_settings(worker_lease_seconds=1)
     first = FleetService(settings, database=Database(str(settings.database_url)))
     await first.start()
     try:
@@ -53,21 +55,20 @@ async def test_a_persistent_commit_failure_surfaces_and_the_next_start_closes_th
         turn, _ = await first.submit_turn("stuck", TurnSubmission(message="the answer"))
 
         events = [e async for e in await first.events(turn.id) if e is not None]
-        stuck = await first.wait_for_turn(turn.id)
+        closed = await first.wait_for_turn(turn.id)
+        stored = [e async for e in await first.events(turn.id) if e is not None]
     finally:
         await first.stop()
 
     assert failing.calls > 1  # retried before giving up
     assert events[-1].type is EventType.TURN_COMPLETED  # followers still learn the end
-    assert stuck.status == "running"  # the database never heard of it
+    assert (closed.status, closed.error) == ("interrupted", LAPSED_REASON)
+    assert stored[-1].type is EventType.TURN_INTERRUPTED
+    assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
 
     second = FleetService(settings, database=Database(str(settings.database_url)))
     await second.start(run_turns=False)
     try:
-        assert [t.id for t in second.interrupted_at_start] == [turn.id]
-        closed = await second.store.get_turn(turn.id)
-        assert closed.status == "interrupted"
-        stored = [e async for e in await second.events(turn.id) if e is not None]
-        assert stored[-1].type is EventType.TURN_INTERRUPTED
+        assert second.interrupted_at_start == []
     finally:
         await second.stop()

@@ -5,7 +5,8 @@ import asyncio
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
-from fleet_rlm.service.service import FleetService, TurnSubmission
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns import TurnSubmission
 
 pytestmark = pytest.mark.anyio
 

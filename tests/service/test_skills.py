@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
-from fleet_rlm.service.service import FleetService, TurnSubmission
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns import TurnSubmission
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,8 @@ import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.sandbox import registry
-from fleet_rlm.service.service import FleetService, TurnSubmission
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Database
 from fleet_rlm.testing.backends import SeamRecordingBackend
 

@@ -33,7 +33,8 @@ from fleet_rlm.api.errors import ApiError, openai_error
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.protocol.routes import Mode
 from fleet_rlm.protocol.status import TurnStatus
-from fleet_rlm.service.service import FleetService, TurnSubmission
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import SessionRecord, TurnRecord
 
 MODEL = "fleet-rlm"

@@ -27,6 +27,7 @@ SHORT_PREFIX: dict[SettingPath, str] = {
     ("judge_lm",): "judge_lm_",
     ("reflection_lm",): "reflection_lm_",
     ("server", "ceilings"): "ceiling_",
+    ("worker",): "worker_",
 }
 """The short name of a field is this prefix (none for budget, quality and server) plus its name ..."""
 SHORT_EXCEPTIONS: dict[SettingPath, str] = {("server", "host"): "server_host", ("server", "port"): "server_port"}

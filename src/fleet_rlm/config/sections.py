@@ -300,6 +300,26 @@ class Ceilings(BaseModel):
     lm_max_tokens: int = Field(default=200_000, gt=0, description="For lm.max_tokens and sub_lm.max_tokens.")
 
 
+class WorkerSettings(BaseModel):
+    """Who runs turns: the server itself, or ``fleet worker`` processes sharing its database (docs/deploy.md)."""
+
+    model_config = SECTION_CONFIG
+
+    in_server: bool = Field(
+        default=True,
+        description="fleet serve runs turns itself as well (always on SQLite); off: only fleet worker processes do.",
+    )
+    lease_seconds: float = Field(
+        default=10.0,
+        ge=1.0,
+        le=300.0,
+        description="A runner's claim on a turn; renewed every third of it; a turn whose lease lapsed ends interrupted.",
+    )
+    drain_seconds: float = Field(
+        default=60.0, ge=0, description="On SIGTERM, how long fleet worker lets its running turns finish."
+    )
+
+
 class ServerSettings(BaseModel):
     """The HTTP API: where it listens and what it accepts (docs/api.md, docs/security.md)."""
 

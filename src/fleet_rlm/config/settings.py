@@ -31,6 +31,7 @@ from fleet_rlm.config.sections import (
     ServerSettings,
     SubLMSettings,
     TracingSettings,
+    WorkerSettings,
 )
 from fleet_rlm.config.sources import (
     ENV_DELIMITER,
@@ -78,6 +79,7 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = Field(default_factory=lambda: SandboxSettings())
     memory: MemorySettings = Field(default_factory=lambda: MemorySettings())
     server: ServerSettings = Field(default_factory=lambda: ServerSettings())
+    worker: WorkerSettings = Field(default_factory=lambda: WorkerSettings())
     quality: QualitySettings = Field(default_factory=lambda: QualitySettings())
     judge_lm: JudgeLMSettings = Field(default_factory=lambda: JudgeLMSettings())
     reflection_lm: ReflectionLMSettings = Field(default_factory=lambda: ReflectionLMSettings())

@@ -132,8 +132,8 @@ def sandbox_cgroups_of(owner_pid: int) -> list[Path]:
     """The sandbox cgroups a host process made that still exist, in any hierarchy."""
     found = []
     for _, parent, _ in _parents():
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(parent):
+        with contextlib.suppress(OSError), os.scandir(parent) as entries:
+            for entry in entries:
                 parts = entry.name.split("-")
                 if entry.name.startswith(PREFIX) and len(parts) == 5 and parts[2] == str(owner_pid):
                     found.append(Path(entry.path))
@@ -366,8 +366,8 @@ def reap_stale(layout: CgroupLayout, owner_is_dead: Callable[[str], bool]) -> li
     """Kill and remove sandbox cgroups whose host process is gone; returns their names."""
     stale: set[str] = set()
     for hierarchy in layout.hierarchies:
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(hierarchy.parent):
+        with contextlib.suppress(OSError), os.scandir(hierarchy.parent) as entries:
+            for entry in entries:
                 if entry.name.startswith(PREFIX) and entry.is_dir(follow_symlinks=False) and owner_is_dead(entry.name):
                     stale.add(entry.name)
     for name in sorted(stale):

@@ -110,8 +110,8 @@ class SizedTmp:
 def reap_stale(root: Path, owner_is_dead: Callable[[str], bool]) -> list[str]:
     """Unmount and remove the /tmp of sandboxes whose host process is gone; returns their names."""
     reaped = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(root):
+    with contextlib.suppress(OSError), os.scandir(root) as entries:
+        for entry in entries:
             if entry.name.startswith(PREFIX) and entry.is_dir(follow_symlinks=False) and owner_is_dead(entry.name):
                 with contextlib.suppress(OSError):
                     SizedTmp(root, entry.name, 0).remove()
@@ -127,8 +127,8 @@ def state_of(root: Path, owner_pid: int) -> list[Path]:
             point = Path(line.split()[4].replace("\\040", " "))
             if point.parent.parent == root and _owned_by(point.parent.name, owner_pid):
                 found.append(point)
-    with contextlib.suppress(OSError):
-        found += [Path(entry.path) for entry in os.scandir(root) if _owned_by(entry.name, owner_pid)]
+    with contextlib.suppress(OSError), os.scandir(root) as entries:
+        found += [Path(entry.path) for entry in entries if _owned_by(entry.name, owner_pid)]
     return found
 
 

@@ -73,7 +73,6 @@ class TurnExecution:
         channel: TurnChannel,
         journal: EventJournal,
         memory: MemoryBook,
-        slots: asyncio.Semaphore | None = None,
         kernels: KernelRegistry | None = None,
     ) -> None:
         self.plan = plan
@@ -86,8 +85,6 @@ class TurnExecution:
         self.pool = pool
         self.channel = channel
         self.journal = journal
-        self.slots = slots
-        self._cancelled = asyncio.Event()
         self.loop = asyncio.get_running_loop()
         self.engine_turn: Turn | None = None
         self.cancel_requested = False
@@ -107,7 +104,6 @@ class TurnExecution:
 
     def cancel(self, *, shutdown: bool = False) -> None:
         self.cancel_requested = True
-        self._cancelled.set()
         self.shutting_down = self.shutting_down or shutdown
         if self.engine_turn is not None:
             self.engine_turn.cancel()
@@ -131,7 +127,6 @@ class TurnExecution:
     # The run ----------------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        holds_slot = await self._wait_for_slot()
         try:
             outcome, changes = await self._execute()
             await self._commit(outcome, changes)
@@ -141,25 +136,10 @@ class TurnExecution:
                 TurnOutcome(status=TurnStatus.FAILED, error=f"server error: {type(exc).__name__}: {exc}"), None
             )
         finally:
-            if holds_slot and self.slots is not None:
-                self.slots.release()
             if self.lease is not None and self.kernel is not None and self.kernels is not None:
                 await self.kernels.finish(self.kernel, self.lease)
             elif self.lease is not None:
                 await self.pool.release(self.lease)
-
-    async def _wait_for_slot(self) -> bool:
-        """Wait (queued) for one of the server's running-turn slots, or for a cancel."""
-        if self.slots is None:
-            return False
-        acquiring = asyncio.ensure_future(self.slots.acquire())
-        cancelled = asyncio.ensure_future(self._cancelled.wait())
-        await asyncio.wait({acquiring, cancelled}, return_when=asyncio.FIRST_COMPLETED)
-        cancelled.cancel()
-        if acquiring.done() and not acquiring.cancelled():
-            return True
-        acquiring.cancel()
-        return False
 
     async def _execute(self) -> tuple[TurnOutcome, FileChanges | None]:
         plan = self.plan

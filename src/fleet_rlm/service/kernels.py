@@ -196,6 +196,10 @@ class KernelRegistry:
         """The lease of a turn on its session's kernel: the live one, else a fresh one into which
         the session's snapshot is restored. Waits while the last turn's snapshot is still written."""
         kernel = self.live.get(session_id)
+        if kernel is not None and self._read_state(session_id).get("runner") not in (None, self.pool.runner):
+            # Another worker ran a turn of the session since: this copy of its state is stale.
+            await self._end(kernel, "server_restart", "the session's last turn ran in another worker process")
+            kernel = None
         if kernel is not None:
             await kernel.lock.acquire()
             if self.live.get(session_id) is kernel and kernel.started.sandbox.usable:

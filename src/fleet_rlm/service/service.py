@@ -8,41 +8,41 @@ running by dead processes ``interrupted``, reaps their sandboxes and drops unref
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from fleet_rlm.config import Ceilings, ConfigError, Settings
-from fleet_rlm.protocol.events import Event
+from fleet_rlm.config import ConfigError, Settings
 from fleet_rlm.protocol.ids import is_session_id
 from fleet_rlm.sandbox.base import SandboxBackend, SandboxLimits, SandboxUnavailable
 from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.service import archive
 from fleet_rlm.service.channel import ChannelRegistry
-from fleet_rlm.service.execution import TurnExecution, TurnPlan
-from fleet_rlm.service.files import SessionFiles, clean_path, stored_path
+from fleet_rlm.service.execution import TurnExecution
+from fleet_rlm.service.files import SessionFiles, stored_path
 from fleet_rlm.service.kernels import KernelRegistry, KernelStatus
+from fleet_rlm.service.leases import LeaseKeeper
 from fleet_rlm.service.memory import MemoryBook
-from fleet_rlm.service.overrides import check_session_settings, effective_settings
+from fleet_rlm.service.overrides import check_session_settings
 from fleet_rlm.service.pool import SandboxPool
 from fleet_rlm.service.readiness import Readiness, ReadinessChecks
 from fleet_rlm.service.runners import is_dead, new_runner_id
+from fleet_rlm.service.turns import TurnOperations
+from fleet_rlm.service.wakeups import Wakeups
+from fleet_rlm.service.worker import TurnWorker
 from fleet_rlm.service.writer import EventJournal
 from fleet_rlm.store import (
     BlobStore,
     Conflict,
     Database,
     FileRecord,
-    Invalid,
     NotFound,
     SessionRecord,
     Store,
     StoreError,
     TurnRecord,
 )
+from fleet_rlm.store.notify import Channel, Handler, Listener
 from fleet_rlm.workspace.kinds import FileKind
 
 if TYPE_CHECKING:
@@ -51,30 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INTERRUPTED_REASON = "the server process running the turn stopped before the turn ended"
-STORED_POLL_SECONDS = 0.5
 SHUTDOWN_GRACE_SECONDS = 10.0
-
-
-@dataclass
-class TurnSubmission:
-    message: str
-    context_paths: list[str] = field(default_factory=list)
-    mode: str | None = None
-    max_iterations: int | None = None
-    max_model_calls: int | None = None
-    turn_timeout: float | None = None
-    history: list[tuple[str, str | None]] | None = None
-    """The conversation so far as (message, answer) pairs, oldest first, in place of the session's own
-    turns (an OpenAI-compatible call sends its conversation); None: the session's history. Not stored."""
-
-    def options(self, ceilings: Ceilings) -> dict[str, Any]:
-        values = {
-            "mode": self.mode,
-            "max_iterations": self.max_iterations,
-            "max_model_calls": self.max_model_calls,
-            "turn_timeout": self.turn_timeout,
-        }
-        return check_session_settings({k: v for k, v in values.items() if v is not None}, ceilings)
 
 
 def configured_tracer(settings: Settings) -> TurnTracer | None:
@@ -92,7 +69,7 @@ def configured_tracer(settings: Settings) -> TurnTracer | None:
         ) from exc
 
 
-class FleetService:
+class FleetService(TurnOperations):
     def __init__(
         self,
         settings: Settings,
@@ -100,9 +77,13 @@ class FleetService:
         database: Database | None = None,
         backend: SandboxBackend | None = None,
         tracer: TurnTracer | None = None,
+        runs_turns: bool | None = None,
     ) -> None:
         self.settings = settings
         self.database = database or Database.from_settings(settings)
+        self.runs_turns = (settings.worker.in_server or self.database.is_sqlite) if runs_turns is None else runs_turns
+        """Whether this process runs turns (``fleet worker``; ``fleet serve`` unless ``worker.in_server``
+        is off on PostgreSQL), or only queues them for workers (an API replica)."""
         self.store = Store(self.database)
         self.blobs = BlobStore(settings.data_dir / "sessions")
         self.files = SessionFiles(self.blobs)
@@ -116,10 +97,13 @@ class FleetService:
         self.interrupted_at_start: list[TurnRecord] = []
         self.reaped_at_start: list[dict[str, Any]] = []
         self._readiness = ReadinessChecks(self.database, settings.lm, lambda: self.backend, lambda: self._pool)
-        self._slots: asyncio.Semaphore | None = None
         self._cleanups: set[asyncio.Task[None]] = set()
         self.tracer = tracer if tracer is not None else configured_tracer(settings)
         self._kernels: KernelRegistry | None = None
+        self.wakeups = Wakeups()
+        self.worker: TurnWorker | None = None
+        self._leases: LeaseKeeper | None = None
+        self._listener: Listener | None = None
 
     @property
     def kernels(self) -> KernelRegistry:
@@ -149,20 +133,52 @@ class FleetService:
     # Lifecycle --------------------------------------------------------------------------------
 
     async def start(self, *, run_turns: bool = True) -> None:
-        """Migrate and reconcile; with ``run_turns`` also warm the sandbox pool (a server does;
-        ``fleet sessions`` does not)."""
+        """Migrate and reconcile; with ``run_turns`` (a server or a worker does; ``fleet sessions`` does
+        not) also serve: keep turn leases, listen for other processes and, if this process runs turns,
+        warm the sandbox pool and claim queued turns."""
         await self.database.migrate()
         self.interrupted_at_start = await self.store.interrupt_turns(
-            lambda turn: is_dead(turn.runner, self.runner), INTERRUPTED_REASON
+            lambda turn: turn.runner is not None and is_dead(turn.runner, self.runner), INTERRUPTED_REASON
         )
         for turn in self.interrupted_at_start:
             log.warning("turn %s of session %s was left %s: now interrupted", turn.id, turn.session_id, "running")
-        if run_turns:
+        if not run_turns:
+            return
+        if self.runs_turns:
             self.reaped_at_start = self.pool.reap(lambda runner: is_dead(runner, self.runner))
             await self._collect_garbage()
             await self._prepare_backend()
             self.pool.start()
             self.kernels.start()
+            limit = self.settings.server.max_running_turns
+            self.worker = TurnWorker(
+                self.store, self.runner, limit or None, self.settings.worker.lease_seconds, self._run_claimed
+            )
+        self._leases = LeaseKeeper(
+            self.store,
+            self.runner,
+            self.settings.worker.lease_seconds,
+            lambda: list(self.executions),
+            self._cancel_here,
+            lambda turn: self.wakeups.wake(turn.id),
+        )
+        self._leases.start(renew=self.runs_turns)
+        if not self.database.is_sqlite:
+            handlers: dict[Channel, Handler] = {Channel.EVENTS: self.wakeups.wake}
+            if self.runs_turns:
+                handlers[Channel.CANCEL] = self._leases.renew_now
+            if self.worker is not None:
+                handlers[Channel.QUEUED] = self.worker.wake
+            self._listener = Listener(self.database, handlers, self._caught_up)
+            self._listener.start()
+        if self.worker is not None:
+            self.worker.start()
+
+    def _caught_up(self) -> None:
+        """After the listening connection came back: whatever was missed meanwhile is looked at again."""
+        self.wakeups.wake_all()
+        if self.worker is not None:
+            self.worker.wake()
 
     async def _prepare_backend(self) -> None:
         """Build what sandboxes need (the sandbox environment) before the pool starts any; a failure is
@@ -181,8 +197,14 @@ class FleetService:
                 keep = await self.store.referenced_blobs(session_id) | await self.store.replay_blobs(session_id)
                 await asyncio.to_thread(self.blobs.collect_garbage, session_id, keep)
 
-    async def stop(self) -> None:
-        """Stop running turns (they end ``interrupted``), tear the pool down, close the database."""
+    async def stop(self, *, drain: float = 0.0) -> None:
+        """Stop claiming turns; give running ones ``drain`` seconds to finish; stop the rest (they end
+        ``interrupted``), tear the pool down, close the database."""
+        if self.worker is not None:
+            await self.worker.drain()
+        running = [e.task for e in self.executions.values() if e.task is not None]
+        if drain and running:
+            await asyncio.wait(running, timeout=drain)
         executions = list(self.executions.values())
         for execution in executions:
             execution.cancel(shutdown=True)
@@ -195,6 +217,10 @@ class FleetService:
         if self._cleanups:
             await asyncio.wait(list(self._cleanups), timeout=SHUTDOWN_GRACE_SECONDS)
         await self.journal.close()
+        if self._leases is not None:
+            await self._leases.close()
+        if self._listener is not None:
+            await self._listener.close()
         if self._kernels is not None:
             await self._kernels.close()
         if self._pool is not None:
@@ -332,168 +358,3 @@ class FleetService:
         return await archive.import_session(
             self.store, self.blobs, source, self.settings.server, self.settings.memory, name=name
         )
-
-    # Turns ------------------------------------------------------------------------------------
-
-    async def submit_turn(
-        self, session_ref: str, submission: TurnSubmission, *, idempotency_key: str | None = None
-    ) -> tuple[TurnRecord, bool]:
-        """Queue a turn and start it in the background; returns it and whether it is new."""
-        if not submission.message.strip():
-            raise Invalid("the message is empty", code="invalid_request")
-        context_paths = [clean_path(p) for p in submission.context_paths]
-        options = submission.options(self.settings.server.ceilings)
-        session = await self.store.get_session(session_ref)
-        try:  # stored before a ceiling was lowered, say
-            check_session_settings(session.settings, self.settings.server.ceilings)
-        except Invalid as exc:
-            raise Invalid(f"this session's {exc.message}; change it with PATCH", code=exc.code) from exc
-        turn, created = await self.store.create_turn(
-            session.id,
-            submission.message,
-            context_paths=context_paths,
-            options=options,
-            idempotency_key=idempotency_key,
-            runner=self.runner,
-        )
-        if created:
-            settings = effective_settings(self.settings, {"mode": session.mode}, session.settings, options)
-            plan = TurnPlan(turn=turn, session=session, settings=settings, history=submission.history)
-            channel = self.channels.open(turn.id)
-            if self.tracer is not None:
-                for observer in self.tracer.observers(session.id, self._keeping_trace_id(turn.id)):
-                    channel.subscribe(observer)
-            execution = TurnExecution(
-                plan,
-                self.store,
-                self.files,
-                self.pool,
-                channel,
-                self.journal,
-                self.memory,
-                self._running_slots(),
-                kernels=self.kernels,
-            )
-            self.executions[turn.id] = execution
-            execution.start().add_done_callback(lambda _task: self._forget(turn.id))
-        return turn, created
-
-    def _keeping_trace_id(self, turn_id: str) -> Callable[[str], None]:
-        """Stores a turn's trace id on it as soon as its trace starts, moments after the turn's start."""
-
-        loop = asyncio.get_running_loop()
-
-        async def store(trace_id: str) -> None:
-            try:
-                await self.store.set_trace_id(turn_id, trace_id)
-            except Exception:
-                log.exception("turn %s: could not store its trace id", turn_id)
-
-        def start_storing(trace_id: str) -> None:
-            task = asyncio.create_task(store(trace_id))
-            self._cleanups.add(task)
-            task.add_done_callback(self._cleanups.discard)
-
-        def keep(trace_id: str) -> None:  # on a tracing thread
-            loop.call_soon_threadsafe(start_storing, trace_id)
-
-        return keep
-
-    def _running_slots(self) -> asyncio.Semaphore | None:
-        """How many turns may run at once in this process; the rest wait ``queued``, in order."""
-        if self.settings.server.max_running_turns == 0:
-            return None
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.settings.server.max_running_turns)
-        return self._slots
-
-    def _forget(self, turn_id: str) -> None:
-        self.executions.pop(turn_id, None)
-        self.channels.discard(turn_id)
-
-    async def list_turns(self, session_ref: str, *, after: int = 0, limit: int = 50) -> list[TurnRecord]:
-        session = await self.store.get_session(session_ref)
-        return await self.store.list_turns(session.id, after=after, limit=limit)
-
-    async def get_turn(self, turn_id: str) -> TurnRecord:
-        """The turn as stored now; raises NotFound."""
-        return await self.store.get_turn(turn_id)
-
-    async def cancel_turn(self, turn_id: str) -> TurnRecord:
-        turn = await self.store.get_turn(turn_id)
-        execution = self.executions.get(turn_id)
-        # A turn's end is committed before its terminal event is sent, but its execution is
-        # forgotten only a moment later: the stored status decides.
-        if execution is not None and turn.active:
-            execution.cancel()
-            return await self.store.get_turn(turn_id)
-        if turn.active:
-            raise Conflict(f"turn {turn_id} is run by another server process ({turn.runner})", code="turn_elsewhere")
-        raise Conflict(f"turn {turn_id} already ended as {turn.status}", code="turn_not_active")
-
-    async def events(self, turn_id: str, after_seq: int = 0) -> AsyncIterator[Event]:
-        """A turn's events after ``after_seq``: replayed, then live until the terminal event.
-        Raises NotFound up front. Keeping a quiet connection alive is the transport's job."""
-        channel = self.channels.get(turn_id)
-        if channel is None:
-            await self.store.get_turn(turn_id)
-        return self._events(turn_id, after_seq)
-
-    async def _events(self, turn_id: str, after_seq: int) -> AsyncIterator[Event]:
-        last = after_seq
-        while True:
-            channel = self.channels.get(turn_id)
-            if channel is not None:
-                async for event in channel.follow(last):
-                    yield event
-                return
-            stored = await self.store.events_after(turn_id, last, limit=500)
-            for event in stored:
-                yield event
-                last = event.seq
-                if event.terminal:
-                    return
-            if stored:
-                continue
-            # Nothing stored after ``last``: finished (no terminal stored, e.g. legacy), or run
-            # by another process, whose progress we can only poll.
-            turn = await self.store.get_turn(turn_id)
-            if not turn.active and self.channels.get(turn_id) is None:
-                if not await self.store.events_after(turn_id, last, limit=1):
-                    return
-                continue
-            await asyncio.sleep(STORED_POLL_SECONDS)
-
-    async def stored_events(self, turn_id: str, *, limit: int) -> list[Event]:
-        """The turn's events stored so far, the first ``limit``, without following it; raises NotFound."""
-        await self.store.get_turn(turn_id)
-        return await self.store.events_after(turn_id, 0, limit=limit)
-
-    def abandon_turn(self, turn_id: str) -> None:
-        """Cancel the turn if this process still runs it (its caller went away); never waits, so a
-        request being torn down can call it."""
-        execution = self.executions.get(turn_id)
-        if execution is not None:
-            execution.cancel()
-
-    def delete_when_done(self, session_id: str, turn_id: str) -> None:
-        """Delete an ephemeral session once its turn has ended (in the background)."""
-
-        async def delete() -> None:
-            await self.wait_for_turn(turn_id)
-            try:
-                await self.delete_session(session_id)
-            except StoreError as exc:
-                log.warning("could not delete the ephemeral session %s: %s", session_id, exc)
-
-        task = asyncio.get_running_loop().create_task(delete(), name=f"delete-{session_id}")
-        self._cleanups.add(task)
-        task.add_done_callback(self._cleanups.discard)
-
-    async def wait_for_turn(self, turn_id: str) -> TurnRecord:
-        """Block until the turn ends (tests and the CLI use this)."""
-        execution = self.executions.get(turn_id)
-        if execution is not None and execution.task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(execution.task)
-        return await self.store.get_turn(turn_id)

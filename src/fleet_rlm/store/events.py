@@ -8,6 +8,7 @@ from sqlalchemy import insert, select
 
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.store.base import StoreBase, event_of, event_row
+from fleet_rlm.store.notify import Channel, notify
 from fleet_rlm.store.tables import EventRow
 
 
@@ -16,6 +17,7 @@ class EventQueries(StoreBase):
         if events:
             async with self.db.write() as session:
                 await session.execute(insert(EventRow), [event_row(e) for e in events])
+                await notify(self.db, session, Channel.EVENTS, [e.turn_id for e in events])
 
     async def events_after(self, turn_id: str, after_seq: int = 0, *, limit: int = 1000) -> list[Event]:
         query = (

@@ -81,6 +81,10 @@ class TurnRecord(RowView):
     trace_id: str | None = None
     """The turn's trace id in the first tracing backend (OpenTelemetry: 32 hex digits; MLflow: ``tr-...``);
     None when it was not traced."""
+    history: list[Any] | None = None
+    """The conversation sent in place of the session's history (OpenAI-compatible calls); None: the session's."""
+    cancel_requested: bool = False
+    lease_expires_at: dt.datetime | None = None
     created_at: dt.datetime | None = None
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None

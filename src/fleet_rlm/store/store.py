@@ -25,7 +25,9 @@ from fleet_rlm.store.errors import Conflict, Invalid, NotFound
 from fleet_rlm.store.evaluation import EvalQueries
 from fleet_rlm.store.events import EventQueries
 from fleet_rlm.store.files import FileQueries
+from fleet_rlm.store.leases import LeaseQueries, lease_end
 from fleet_rlm.store.memory import MemoryQueries
+from fleet_rlm.store.notify import Channel, notify
 from fleet_rlm.store.records import FileChanges, FileRecord, MemoryRecord, SessionRecord, TurnRecord, row_values
 from fleet_rlm.store.tables import EventRow, SessionRow, TurnRow, utcnow
 
@@ -46,7 +48,7 @@ def check_session_name(name: str) -> str:
     return name
 
 
-class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries):
+class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries):
     """Sessions and turns here; files, events, memory and evaluation data in their own query groups."""
 
     # Sessions ---------------------------------------------------------------------------------
@@ -164,10 +166,15 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries):
         options: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
         runner: str | None = None,
+        lease_seconds: float | None = None,
+        history: list[tuple[str, str | None]] | None = None,
         turn_id: str | None = None,
     ) -> tuple[TurnRecord, bool]:
         """Queue a turn; returns it and whether it is new. The same idempotency key returns the
-        turn it first created; another turn still queued or running raises ``turn_in_progress``."""
+        turn it first created; another turn still queued or running raises ``turn_in_progress``.
+
+        With ``runner`` the turn is claimed by it at once (under a lease of ``lease_seconds``, if given);
+        without, it waits for a worker to claim it, and workers are told."""
         for attempt in range(2):
             try:
                 async with self.db.write() as session:
@@ -200,9 +207,13 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries):
                         artifacts=[],
                         idempotency_key=idempotency_key,
                         runner=runner,
+                        lease_expires_at=lease_end(lease_seconds) if runner and lease_seconds else None,
+                        history=[list(pair) for pair in history] if history is not None else None,
                     )
                     session.add(row)
                     sess.updated_at = utcnow()
+                    if runner is None:
+                        await notify(self.db, session, Channel.QUEUED, [row.id])
                 return TurnRecord.of(row), True
             except IntegrityError:
                 # A concurrent request won the race; the second pass reports what it created.
@@ -288,18 +299,20 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries):
             if files is not None:
                 await self._apply_file_changes(session, row.session_id, files, turn_id)
             await self._touch_session(session, row.session_id)
+            await notify(self.db, session, Channel.EVENTS, [turn_id])
         return TurnRecord.of(row)
 
     async def interrupt_turns(self, should_interrupt: Callable[[TurnRecord], bool], reason: str) -> list[TurnRecord]:
         """Mark active turns chosen by ``should_interrupt`` interrupted, each with a terminal
-        ``turn.interrupted`` event after its last stored event."""
+        ``turn.interrupted`` event after its last stored event. The choice is made again on the turn as
+        locked for the change, so a turn that changed meanwhile (ended, or its lease renewed) is left."""
         interrupted: list[TurnRecord] = []
         for turn in await self.active_turns():
             if not should_interrupt(turn):
                 continue
             async with self.db.write() as session:
-                row = await session.get(TurnRow, turn.id, with_for_update=True)
-                if row is None or row.status not in ACTIVE_STATUSES:
+                row = await session.get(TurnRow, turn.id, with_for_update=True, populate_existing=True)
+                if row is None or row.status not in ACTIVE_STATUSES or not should_interrupt(TurnRecord.of(row)):
                     continue
                 last = await session.scalar(select(func.max(EventRow.seq)).where(EventRow.turn_id == turn.id))
                 first = (
@@ -322,6 +335,7 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries):
                 row.error = reason
                 row.finished_at = utcnow()
                 await self._touch_session(session, row.session_id)
+                await notify(self.db, session, Channel.EVENTS, [turn.id])
             interrupted.append(TurnRecord.of(row))
         return interrupted
 

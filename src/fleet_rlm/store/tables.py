@@ -26,6 +26,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -75,6 +76,7 @@ class TurnStatusType(TypeDecorator[TurnStatus]):
         return None if value is None else TurnStatus(value)
 
 
+UNCLAIMED_SQL = text("status = 'queued' AND runner IS NULL")
 ACTIVE_SQL = text("status IN ({})".format(", ".join(f"'{status}'" for status in ACTIVE_STATUSES)))
 
 NAMING = {
@@ -115,6 +117,8 @@ class TurnRow(Base):
             postgresql_where=ACTIVE_SQL,
         ),
         Index("ix_turns_status", "status"),
+        # The queue workers claim from, oldest first (docs/deploy.md).
+        Index("ix_turns_queued_unclaimed", "created_at", sqlite_where=UNCLAIMED_SQL, postgresql_where=UNCLAIMED_SQL),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -134,6 +138,14 @@ class TurnRow(Base):
     runner: Mapped[str | None] = mapped_column(String(200))
     program_version: Mapped[str | None] = mapped_column(String(40))
     """The version of the program the turn ran (``builtin``, or an approved optimization's)."""
+    lease_expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+    """Until when the runner's claim holds; it renews it while it runs the turn, and a turn whose lease
+    lapsed is ended ``interrupted`` by any Fleet process (its runner died)."""
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """A cancel asked for in a process other than the turn's runner, which acts on it."""
+    history: Mapped[list[Any] | None] = mapped_column(JsonType)
+    """The conversation an OpenAI-compatible call sent, as (message, answer) pairs, in place of the
+    session's own turns; None: the session's history."""
     trace_id: Mapped[str | None] = mapped_column(String(64))
     """The turn's trace id in the first tracing backend (OpenTelemetry: 32 hex digits; MLflow: tr-...)."""
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)

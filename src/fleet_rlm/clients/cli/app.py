@@ -15,6 +15,7 @@ from fleet_rlm.clients.cli import sandbox as sandbox_cli
 from fleet_rlm.clients.cli import serve as serve_cli
 from fleet_rlm.clients.cli import sessions as sessions_cli
 from fleet_rlm.clients.cli import skills as skills_cli
+from fleet_rlm.clients.cli import worker as worker_cli
 from fleet_rlm.clients.cli.chat import chat_command
 from fleet_rlm.clients.cli.optimize import optimize_command
 from fleet_rlm.clients.cli.web import web_command
@@ -169,6 +170,7 @@ def _print_check(console: Console, check: Check) -> None:
 
 app.command("serve")(serve_cli.serve_command)
 app.command("mcp")(mcp_cli.mcp_command)
+app.command("worker")(worker_cli.worker_command)
 app.add_typer(sessions_cli.app, name="sessions")
 app.add_typer(skills_cli.app, name="skills")
 app.add_typer(sandbox_cli.app, name="sandbox")

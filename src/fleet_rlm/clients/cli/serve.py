@@ -18,6 +18,14 @@ def serve_command(
         str | None, typer.Option(help="Address to bind (default 127.0.0.1; others need FLEET_API_TOKEN).")
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on (default 8765).")] = None,
+    workers: Annotated[
+        bool | None,
+        typer.Option(
+            "--workers/--no-workers",
+            help="Run turns in this process too (the default); --no-workers: only fleet worker processes "
+            "run them (PostgreSQL).",
+        ),
+    ] = None,
 ) -> None:
     """Run Fleet's HTTP API: durable sessions, turns streamed over SSE."""
     from rich.console import Console
@@ -31,10 +39,16 @@ def serve_command(
     from fleet_rlm.store.database import Database
 
     try:
-        settings = load_settings(server_host=host, server_port=port)
+        settings = load_settings(server_host=host, server_port=port, worker_in_server=workers)
         check_bind(settings, settings.server.host)
         backend = configured_backend(settings)
-        display = Database(database_url(settings)).display_url
+        database = Database(database_url(settings))
+        display = database.display_url
+        if not settings.worker.in_server and database.is_sqlite:
+            raise ConfigError(
+                "--no-workers (worker.in_server = false) needs PostgreSQL shared with fleet worker processes; "
+                "on the embedded SQLite database fleet serve runs turns itself"
+            )
     except ConfigError as exc:
         print(f"fleet: error: {exc}", file=sys.stderr)
         raise typer.Exit(EXIT_CONFIG) from None

@@ -1,0 +1,91 @@
+"""Keeping this process's claims on its turns, and ending the turns of runners that stopped keeping theirs.
+
+Every turn a process runs is held under a lease (``worker.lease_seconds``) that it renews every third
+of it; the renewal also brings back the cancels other processes asked for. Every serving process
+(API replica or worker) also looks for turns whose lease lapsed, a fifth of a lease apart, and ends
+them ``interrupted`` with a terminal event, so a worker killed mid-turn leaves no turn running for
+longer than a lease and a fifth, and its session takes new turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Collection
+
+from fleet_rlm.store import Store, TurnRecord
+from fleet_rlm.store.tables import utcnow
+
+log = logging.getLogger(__name__)
+
+LAPSED_REASON = "the process running the turn stopped renewing its claim on it (it died or lost the database)"
+
+
+def lapsed(turn: TurnRecord) -> bool:
+    return turn.lease_expires_at is not None and turn.lease_expires_at < utcnow()
+
+
+class LeaseKeeper:
+    def __init__(
+        self,
+        store: Store,
+        runner: str,
+        lease_seconds: float,
+        running: Callable[[], Collection[str]],
+        cancel: Callable[[str], None],
+        interrupted: Callable[[TurnRecord], None],
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.lease_seconds = lease_seconds
+        self._running = running
+        self._cancel = cancel
+        self._interrupted = interrupted
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, *, renew: bool) -> None:
+        """Sweep for lapsed leases; with ``renew`` (the process runs turns) also keep its own."""
+        self._tasks.add(asyncio.create_task(self._every(self.lease_seconds / 5, self.sweep), name="lease-sweep"))
+        if renew:
+            self._tasks.add(asyncio.create_task(self._every(self.lease_seconds / 3, self.renew), name="lease-renew"))
+
+    def renew_now(self, _payload: str = "") -> None:
+        """Renew (and so look for cancels) at once: a cancel was asked somewhere. What was asked is read
+        from the database, never taken from the notification."""
+        task = asyncio.create_task(self._guarded(self.renew), name="lease-renew-now")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def renew(self) -> None:
+        for turn_id in await self.store.renew_leases(self.runner, list(self._running()), self.lease_seconds):
+            self._cancel(turn_id)
+
+    async def sweep(self) -> None:
+        for turn in await self.store.interrupt_turns(lapsed, LAPSED_REASON):
+            log.warning(
+                "turn %s of session %s: its runner %s let its lease lapse", turn.id, turn.session_id, turn.runner
+            )
+            self._interrupted(turn)
+
+    @classmethod
+    async def _every(cls, seconds: float, step: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            await cls._guarded(step)
+
+    @staticmethod
+    async def _guarded(step: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await step()
+        except Exception:
+            log.exception("keeping turn leases failed; trying again")
+
+    async def close(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()

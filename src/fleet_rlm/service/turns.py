@@ -1,0 +1,295 @@
+"""Turns as the service runs them: queued (and run here when this process has room), claimed by workers,
+cancelled from any process, followed live or from the store, waited for.
+
+:class:`TurnOperations` is a part of :class:`~fleet_rlm.service.service.FleetService`; it uses the
+service's store, worker, channels and executions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fleet_rlm.config import Ceilings, Settings
+from fleet_rlm.protocol.events import Event
+from fleet_rlm.service.channel import ChannelRegistry
+from fleet_rlm.service.execution import TurnExecution, TurnPlan
+from fleet_rlm.service.files import SessionFiles, clean_path
+from fleet_rlm.service.kernels import KernelRegistry
+from fleet_rlm.service.memory import MemoryBook
+from fleet_rlm.service.overrides import check_session_settings, effective_settings
+from fleet_rlm.service.pool import SandboxPool
+from fleet_rlm.service.wakeups import Wakeups
+from fleet_rlm.service.worker import TurnWorker
+from fleet_rlm.service.writer import EventJournal
+from fleet_rlm.store import Conflict, Invalid, NotFound, SessionRecord, Store, StoreError, TurnRecord
+
+if TYPE_CHECKING:
+    from fleet_rlm.service.tracing import TurnTracer
+
+log = logging.getLogger(__name__)
+
+STORED_POLL_SECONDS = 0.5
+"""How often a reader of a turn another process runs looks at the store when no notification woke it."""
+
+
+@dataclass
+class TurnSubmission:
+    message: str
+    context_paths: list[str] = field(default_factory=list)
+    mode: str | None = None
+    max_iterations: int | None = None
+    max_model_calls: int | None = None
+    turn_timeout: float | None = None
+    history: list[tuple[str, str | None]] | None = None
+    """The conversation so far as (message, answer) pairs, oldest first, in place of the session's own
+    turns (an OpenAI-compatible call sends its conversation); None: the session's history. Not stored."""
+
+    def options(self, ceilings: Ceilings) -> dict[str, Any]:
+        values = {
+            "mode": self.mode,
+            "max_iterations": self.max_iterations,
+            "max_model_calls": self.max_model_calls,
+            "turn_timeout": self.turn_timeout,
+        }
+        return check_session_settings({k: v for k, v in values.items() if v is not None}, ceilings)
+
+
+class TurnOperations:
+    settings: Settings
+    store: Store
+    runner: str
+    files: SessionFiles
+    memory: MemoryBook
+    journal: EventJournal
+    channels: ChannelRegistry
+    executions: dict[str, TurnExecution]
+    wakeups: Wakeups
+    worker: TurnWorker | None
+    tracer: TurnTracer | None
+    _cleanups: set[asyncio.Task[None]]
+
+    @property
+    def pool(self) -> SandboxPool:
+        raise NotImplementedError
+
+    @property
+    def kernels(self) -> KernelRegistry:
+        raise NotImplementedError
+
+    async def delete_session(self, ref: str) -> SessionRecord:
+        raise NotImplementedError
+
+    async def submit_turn(
+        self, session_ref: str, submission: TurnSubmission, *, idempotency_key: str | None = None
+    ) -> tuple[TurnRecord, bool]:
+        """Queue a turn and start it in the background; returns it and whether it is new."""
+        if not submission.message.strip():
+            raise Invalid("the message is empty", code="invalid_request")
+        context_paths = [clean_path(p) for p in submission.context_paths]
+        options = submission.options(self.settings.server.ceilings)
+        session = await self.store.get_session(session_ref)
+        try:  # stored before a ceiling was lowered, say
+            check_session_settings(session.settings, self.settings.server.ceilings)
+        except Invalid as exc:
+            raise Invalid(f"this session's {exc.message}; change it with PATCH", code=exc.code) from exc
+        # Run here at once when this process has room; otherwise queued for whichever worker has room first.
+        here = self.worker is not None and self.worker.reserve()
+        try:
+            turn, created = await self.store.create_turn(
+                session.id,
+                submission.message,
+                context_paths=context_paths,
+                options=options,
+                idempotency_key=idempotency_key,
+                runner=self.runner if here else None,
+                lease_seconds=self.settings.worker.lease_seconds,
+                history=submission.history,
+            )
+        except BaseException:
+            if here and self.worker is not None:
+                self.worker.release()
+            raise
+        if here and self.worker is not None:
+            if created:
+                self._start_execution(turn, session, held=True)
+            else:
+                self.worker.release()
+        return turn, created
+
+    async def _run_claimed(self, turn: TurnRecord) -> None:
+        """Run a turn this process's worker claimed (its room already taken)."""
+        try:
+            session = await self.store.get_session(turn.session_id)
+        except NotFound:  # deleted meanwhile, and the turn with it
+            assert self.worker is not None
+            self.worker.release()
+            return
+        self._start_execution(turn, session, held=True)
+
+    def _start_execution(
+        self, turn: TurnRecord, session: SessionRecord, *, held: bool, cancelled: bool = False
+    ) -> None:
+        """Run ``turn`` (claimed by this process) in the background; ``held``: it took room in the
+        worker, given back when it ends; ``cancelled``: it ends cancelled at once (a cancel of a turn no
+        worker had claimed)."""
+        settings = effective_settings(self.settings, {"mode": session.mode}, session.settings, turn.options)
+        history = [(message, answer) for message, answer in turn.history] if turn.history is not None else None
+        plan = TurnPlan(turn=turn, session=session, settings=settings, history=history)
+        channel = self.channels.open(turn.id)
+        if self.tracer is not None and not cancelled:
+            for observer in self.tracer.observers(session.id, self._keeping_trace_id(turn.id)):
+                channel.subscribe(observer)
+        execution = TurnExecution(
+            plan,
+            self.store,
+            self.files,
+            self.pool,
+            channel,
+            self.journal,
+            self.memory,
+            kernels=None if cancelled else self.kernels,
+        )
+        if cancelled:
+            execution.cancel()
+        self.executions[turn.id] = execution
+        worker = self.worker if held else None
+        execution.start().add_done_callback(lambda _task: self._forget(turn.id, worker))
+        self.wakeups.wake(turn.id)  # its readers follow it live from now on
+
+    def _keeping_trace_id(self, turn_id: str) -> Callable[[str], None]:
+        """Stores a turn's trace id on it as soon as its trace starts, moments after the turn's start."""
+
+        loop = asyncio.get_running_loop()
+
+        async def store(trace_id: str) -> None:
+            try:
+                await self.store.set_trace_id(turn_id, trace_id)
+            except Exception:
+                log.exception("turn %s: could not store its trace id", turn_id)
+
+        def start_storing(trace_id: str) -> None:
+            task = asyncio.create_task(store(trace_id))
+            self._cleanups.add(task)
+            task.add_done_callback(self._cleanups.discard)
+
+        def keep(trace_id: str) -> None:  # on a tracing thread
+            loop.call_soon_threadsafe(start_storing, trace_id)
+
+        return keep
+
+    def _forget(self, turn_id: str, worker: TurnWorker | None) -> None:
+        self.executions.pop(turn_id, None)
+        self.channels.discard(turn_id)
+        if worker is not None:
+            worker.release()
+
+    async def list_turns(self, session_ref: str, *, after: int = 0, limit: int = 50) -> list[TurnRecord]:
+        session = await self.store.get_session(session_ref)
+        return await self.store.list_turns(session.id, after=after, limit=limit)
+
+    async def get_turn(self, turn_id: str) -> TurnRecord:
+        """The turn as stored now; raises NotFound."""
+        return await self.store.get_turn(turn_id)
+
+    async def cancel_turn(self, turn_id: str) -> TurnRecord:
+        turn = await self.store.get_turn(turn_id)
+        execution = self.executions.get(turn_id)
+        # A turn's end is committed before its terminal event is sent, but its execution is
+        # forgotten only a moment later: the stored status decides.
+        if execution is not None and turn.active:
+            execution.cancel()
+            return await self.store.get_turn(turn_id)
+        if turn.active and turn.runner is None:
+            # No worker has claimed it: this process claims it, to end it cancelled.
+            claimed = await self.store.claim_turn(self.runner, self.settings.worker.lease_seconds, turn_id=turn_id)
+            if claimed is not None:
+                self._start_execution(
+                    claimed, await self.store.get_session(claimed.session_id), held=False, cancelled=True
+                )
+                return await self.store.get_turn(turn_id)
+        if turn.active:
+            return await self.store.request_cancel(turn_id)  # its runner cancels it when told
+        raise Conflict(f"turn {turn_id} already ended as {turn.status}", code="turn_not_active")
+
+    async def events(self, turn_id: str, after_seq: int = 0) -> AsyncIterator[Event]:
+        """A turn's events after ``after_seq``: replayed, then live until the terminal event.
+        Raises NotFound up front. Keeping a quiet connection alive is the transport's job."""
+        channel = self.channels.get(turn_id)
+        if channel is None:
+            await self.store.get_turn(turn_id)
+        return self._events(turn_id, after_seq)
+
+    async def _events(self, turn_id: str, after_seq: int) -> AsyncIterator[Event]:
+        last = after_seq
+        while True:
+            channel = self.channels.get(turn_id)
+            if channel is not None:
+                async for event in channel.follow(last):
+                    yield event
+                return
+            stored = await self.store.events_after(turn_id, last, limit=500)
+            for event in stored:
+                yield event
+                last = event.seq
+                if event.terminal:
+                    return
+            if stored:
+                continue
+            # Nothing stored after ``last``: finished (no terminal stored, e.g. legacy), or run
+            # by another process, whose progress we can only poll.
+            turn = await self.store.get_turn(turn_id)
+            if not turn.active and self.channels.get(turn_id) is None:
+                if not await self.store.events_after(turn_id, last, limit=1):
+                    return
+                continue
+            await self.wakeups.wait(turn_id, STORED_POLL_SECONDS)
+
+    async def stored_events(self, turn_id: str, *, limit: int) -> list[Event]:
+        """The turn's events stored so far, the first ``limit``, without following it; raises NotFound."""
+        await self.store.get_turn(turn_id)
+        return await self.store.events_after(turn_id, 0, limit=limit)
+
+    def abandon_turn(self, turn_id: str) -> None:
+        """Cancel the turn if this process still runs it (its caller went away); never waits, so a
+        request being torn down can call it."""
+        execution = self.executions.get(turn_id)
+        if execution is not None:
+            execution.cancel()
+
+    def delete_when_done(self, session_id: str, turn_id: str) -> None:
+        """Delete an ephemeral session once its turn has ended (in the background)."""
+
+        async def delete() -> None:
+            await self.wait_for_turn(turn_id)
+            try:
+                await self.delete_session(session_id)
+            except StoreError as exc:
+                log.warning("could not delete the ephemeral session %s: %s", session_id, exc)
+
+        task = asyncio.get_running_loop().create_task(delete(), name=f"delete-{session_id}")
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+    async def wait_for_turn(self, turn_id: str) -> TurnRecord:
+        """Block until the turn ends (tests and the CLI use this)."""
+        while True:
+            execution = self.executions.get(turn_id)
+            if execution is not None and execution.task is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(execution.task)
+            turn = await self.store.get_turn(turn_id)
+            if not turn.active:
+                return turn
+            if turn_id not in self.executions:  # queued for a worker, or run by another process
+                await self.wakeups.wait(turn_id, STORED_POLL_SECONDS)
+
+    def _cancel_here(self, turn_id: str) -> None:
+        """Cancel the turn if this process runs it (a cancel asked of another process)."""
+        execution = self.executions.get(turn_id)
+        if execution is not None:
+            execution.cancel()

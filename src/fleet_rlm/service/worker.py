@@ -1,0 +1,92 @@
+"""Claiming queued turns for this process to run, up to its share (``server.max_running_turns``).
+
+A process that runs turns (``fleet worker``, and ``fleet serve`` unless ``worker.in_server`` is off
+on PostgreSQL) claims the oldest queued turn whenever it has room: when it is told a turn was queued
+(a notification, or directly for a turn submitted here), when one of its turns ends, and every
+second regardless. Draining (SIGTERM) stops the claiming; what it runs finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from fleet_rlm.store import Store, TurnRecord
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0
+
+
+class TurnWorker:
+    def __init__(
+        self,
+        store: Store,
+        runner: str,
+        capacity: int | None,
+        lease_seconds: float,
+        run: Callable[[TurnRecord], Awaitable[None]],
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.capacity = capacity
+        self.lease_seconds = lease_seconds
+        self._run = run
+        self.held = 0
+        """Turns this process runs or is about to run."""
+        self.draining = False
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._claim_loop(), name="turn-worker")
+
+    def wake(self, _payload: str = "") -> None:
+        self._wakeup.set()
+
+    def reserve(self) -> bool:
+        """Take room for one turn now (False: full, or draining); :meth:`release` gives it back."""
+        if self.draining or (self.capacity is not None and self.held >= self.capacity):
+            return False
+        self.held += 1
+        return True
+
+    def release(self) -> None:
+        self.held -= 1
+        self.wake()
+
+    async def _claim_loop(self) -> None:
+        while not self.draining:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), POLL_SECONDS)
+            self._wakeup.clear()
+            try:
+                await self._claim_while_room()
+            except Exception:
+                log.exception("claiming queued turns failed; trying again")
+
+    async def _claim_while_room(self) -> None:
+        while self.reserve():
+            try:
+                turn = await self.store.claim_turn(self.runner, self.lease_seconds)
+            except BaseException:
+                self.held -= 1
+                raise
+            if turn is None:
+                self.held -= 1
+                return
+            try:
+                await self._run(turn)
+            except Exception:
+                self.held -= 1
+                raise
+
+    async def drain(self) -> None:
+        """Stop claiming (the turns it runs go on)."""
+        self.draining = True
+        self.wake()
+        if self._task is not None:
+            await self._task  # ends after the claim it is making, if any
+            self._task = None

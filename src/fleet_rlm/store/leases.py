@@ -1,0 +1,72 @@
+"""The turn queue: workers claim queued turns under leases and renew them while they run them; any
+process ends a turn whose lease lapsed (docs/deploy.md).
+
+PostgreSQL's ``FOR UPDATE SKIP LOCKED`` lets any number of workers claim at once without waiting on
+each other or claiming one turn twice; on SQLite every write transaction holds the database's one
+write lock, which serializes claims as well. At most one turn per session is queued or running (a
+unique index), so claiming the oldest queued turn first keeps each session's turns in order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection
+
+from sqlalchemy import select, update
+
+from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
+from fleet_rlm.store.base import StoreBase
+from fleet_rlm.store.errors import NotFound
+from fleet_rlm.store.notify import Channel, notify
+from fleet_rlm.store.records import TurnRecord
+from fleet_rlm.store.tables import TurnRow, utcnow
+
+
+def lease_end(seconds: float) -> dt.datetime:
+    return utcnow() + dt.timedelta(seconds=seconds)
+
+
+class LeaseQueries(StoreBase):
+    async def claim_turn(self, runner: str, lease_seconds: float, *, turn_id: str | None = None) -> TurnRecord | None:
+        """Claim the oldest queued turn no process has claimed (or the turn ``turn_id``, if it is such a
+        turn) for ``runner``; None when there is none."""
+        query = (
+            select(TurnRow)
+            .where(TurnRow.status == TurnStatus.QUEUED, TurnRow.runner.is_(None))
+            .order_by(TurnRow.created_at, TurnRow.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        )
+        if turn_id is not None:
+            query = query.where(TurnRow.id == turn_id)
+        async with self.db.write() as session:
+            row = (await session.execute(query)).scalar_one_or_none()
+            if row is None:
+                return None
+            row.runner = runner
+            row.lease_expires_at = lease_end(lease_seconds)
+            return TurnRecord.of(row)
+
+    async def renew_leases(self, runner: str, turn_ids: Collection[str], lease_seconds: float) -> set[str]:
+        """Extend ``runner``'s leases on ``turn_ids``; returns those of them a cancel was asked for."""
+        if not turn_ids:
+            return set()
+        mine = (TurnRow.id.in_(list(turn_ids)), TurnRow.runner == runner, TurnRow.status.in_(ACTIVE_STATUSES))
+        async with self.db.write() as session:
+            await session.execute(update(TurnRow).where(*mine).values(lease_expires_at=lease_end(lease_seconds)))
+            cancelled = await session.execute(select(TurnRow.id).where(*mine, TurnRow.cancel_requested.is_(True)))
+            return set(cancelled.scalars())
+
+    async def request_cancel(self, turn_id: str) -> TurnRecord:
+        """Flag an active turn for its runner to cancel, and tell the runner at once."""
+        async with self.db.write() as session:
+            await session.execute(
+                update(TurnRow)
+                .where(TurnRow.id == turn_id, TurnRow.status.in_(ACTIVE_STATUSES))
+                .values(cancel_requested=True)
+            )
+            await notify(self.db, session, Channel.CANCEL, [turn_id])
+            row = await session.get(TurnRow, turn_id)
+            if row is None:
+                raise NotFound("turn", turn_id)
+            return TurnRecord.of(row)

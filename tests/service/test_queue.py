@@ -1,0 +1,210 @@
+"""Turns queued by an API-only process and run by a worker process, both over one PostgreSQL database
+(here two services in one test process, each with its own runner id, connections and listener): the
+queue, live streaming across processes, cancels across processes, draining, and notifications that
+carry nothing but a wake-up."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.protocol.events import EventType
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.store import Database
+from fleet_rlm.testing.settings import scripted_settings
+from tests.store.databases import PostgresDatabases
+
+from .test_lifecycle import SLOW, wait_for_output
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+QUICK = rlm_step("Answer.", "print('computing')\nSUBMIT(answer='42')")
+
+
+class Processes:
+    def __init__(self, model_server: ScriptedModelServer, home: Path, url: str) -> None:
+        self.settings = scripted_settings(
+            model_server, home, database_url=url, sandbox_pool_size=0, worker_in_server=False, worker_lease_seconds=3
+        )
+        self.started: list[FleetService] = []
+
+    async def api(self) -> FleetService:
+        return await self._start(FleetService(self.settings, database=Database(str(self.settings.database_url))))
+
+    async def worker(self) -> FleetService:
+        service = FleetService(self.settings, database=Database(str(self.settings.database_url)), runs_turns=True)
+        return await self._start(service)
+
+    async def _start(self, service: FleetService) -> FleetService:
+        # Each service here stands for a process of its own. A runner id naming this test's own pid
+        # would tell every other service that its process restarted (its turns and sandboxes dead), so
+        # it names a live process that is not this one, as another process on this host would.
+        service.runner = f"{socket.gethostname()}:{os.getppid()}:{uuid.uuid4().hex[:8]}"
+        await service.start()
+        self.started.append(service)
+        return service
+
+    async def stop(self) -> None:
+        for service in reversed(self.started):
+            await service.stop()
+
+
+@pytest.fixture
+async def processes(
+    model_server: ScriptedModelServer, home: Path, postgres_databases: PostgresDatabases
+) -> AsyncIterator[Processes]:
+    url = await asyncio.to_thread(postgres_databases.new_url)
+    running = Processes(model_server, home, url)
+    yield running
+    await running.stop()
+    await asyncio.to_thread(postgres_databases.drop, url)
+
+
+async def test_an_api_process_queues_the_turn_and_a_worker_runs_it_while_the_api_streams_it_live(
+    processes: Processes, model_server: ScriptedModelServer
+) -> None:
+    api = await processes.api()
+    assert not api.runs_turns and api.worker is None
+    worker = await processes.worker()
+    await api.create_session(name="s")
+    model_server.script("root", QUICK)
+    turn, _ = await api.submit_turn("s", TurnSubmission(message="the answer"))
+    assert turn.runner is None and turn.status == "queued"
+
+    events = [event async for event in await api.events(turn.id)]
+    done = await api.wait_for_turn(turn.id)
+
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[-1].type is EventType.TURN_COMPLETED
+    assert any(e.type is EventType.OUTPUT and "computing" in str(e.data["text"]) for e in events)
+    assert (done.status, done.answer, done.runner) == ("completed", "42", worker.runner)
+
+
+async def test_a_cancel_asked_of_the_api_process_reaches_the_worker_within_a_second(
+    processes: Processes, model_server: ScriptedModelServer
+) -> None:
+    api, _worker = await processes.api(), await processes.worker()
+    await api.create_session(name="s")
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    turn, _ = await api.submit_turn("s", TurnSubmission(message="slow"))
+    await wait_for_output(api, turn.id, "started")
+
+    asked = time.monotonic()
+    await api.cancel_turn(turn.id)
+    ended = await api.wait_for_turn(turn.id)
+    assert ended.status == "cancelled"
+    assert time.monotonic() - asked < 1.0
+
+
+async def test_a_notification_is_only_a_wake_up_a_forged_cancel_stops_nothing(
+    processes: Processes, model_server: ScriptedModelServer
+) -> None:
+    """Anyone who can NOTIFY on the database's channels can only make Fleet look at its tables sooner."""
+    api, _worker = await processes.api(), await processes.worker()
+    await api.create_session(name="s")
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    turn, _ = await api.submit_turn("s", TurnSubmission(message="slow"))
+    await wait_for_output(api, turn.id, "started")
+
+    dsn = str(processes.settings.database_url).replace("postgresql+asyncpg://", "postgresql://", 1)
+    connection = await asyncpg.connect(dsn)
+    try:
+        for channel in ("fleet_turn_cancel", "fleet_turn_queued", "fleet_turn_events"):
+            for payload in (turn.id, "", "x" * 7000, "'; DROP TABLE turns; --", "\u202e"):
+                await connection.execute("SELECT pg_notify($1, $2)", channel, payload)
+    finally:
+        await connection.close()
+    await asyncio.sleep(1.5)
+    assert (await api.get_turn(turn.id)).status == "running"
+
+    await api.cancel_turn(turn.id)
+    assert (await api.wait_for_turn(turn.id)).status == "cancelled"
+
+
+async def test_a_turn_no_worker_claimed_is_cancelled_at_once_by_the_api_process(
+    processes: Processes,
+) -> None:
+    api = await processes.api()
+    await api.create_session(name="s")
+    turn, _ = await api.submit_turn("s", TurnSubmission(message="nobody runs this"))
+    await api.cancel_turn(turn.id)
+    ended = await api.wait_for_turn(turn.id)
+    assert ended.status == "cancelled"
+    assert [e.type for e in await api.stored_events(turn.id, limit=10)][-1] is EventType.TURN_CANCELLED
+
+
+async def test_a_draining_worker_finishes_its_turn_and_claims_no_more_another_worker_does(
+    processes: Processes, model_server: ScriptedModelServer
+) -> None:
+    api, first = await processes.api(), await processes.worker()
+    for name in ("running", "waiting"):
+        await api.create_session(name=name)
+    model_server.script_for_task(
+        "root",
+        "slow-ish",
+        rlm_step("Work.", "print('started', flush=True)\nimport time\ntime.sleep(2)\nSUBMIT(answer='done')"),
+    )
+    running, _ = await api.submit_turn("running", TurnSubmission(message="slow-ish"))
+    await wait_for_output(api, running.id, "started")
+
+    draining = asyncio.create_task(first.stop(drain=30))
+    await asyncio.sleep(0.2)
+    model_server.script_for_task("root", "after the drain", QUICK)
+    waiting, _ = await api.submit_turn("waiting", TurnSubmission(message="after the drain"))
+    await draining
+    processes.started.remove(first)
+
+    assert (await api.get_turn(running.id)).status == "completed"
+    assert (await api.get_turn(waiting.id)).status == "queued"
+    second = await processes.worker()
+    done = await api.wait_for_turn(waiting.id)
+    assert (done.status, done.runner) == ("completed", second.runner)
+
+
+async def test_a_worker_never_reuses_its_kernel_after_another_worker_ran_the_session(
+    processes: Processes, model_server: ScriptedModelServer
+) -> None:
+    """x is 1 in worker A's live kernel, then 2 after a turn on worker B; A's next turn must see 2."""
+    processes.settings = processes.settings.with_values({"max_running_turns": 1})
+    api = await processes.api()
+    for name in ("s", "hold-a", "hold-b"):
+        await api.create_session(name=name)
+
+    async def submit(session: str, task: str, code: str) -> str:
+        model_server.script_for_task("root", task, rlm_step("Go.", code))
+        turn, _ = await api.submit_turn(session, TurnSubmission(message=task))
+        return turn.id
+
+    async def claimed(turn_id: str) -> str:
+        while (runner := (await api.get_turn(turn_id)).runner) is None:
+            await asyncio.sleep(0.05)
+        return runner
+
+    hold = "import time\ntime.sleep(6)\nSUBMIT(answer='held')"
+    a = await processes.worker()
+    one = await submit("s", "set one", "x = 1\nSUBMIT(answer=str(x))")
+    assert ((await api.wait_for_turn(one)).answer, await claimed(one)) == ("1", a.runner)
+    holding_a = await submit("hold-a", "hold A", hold)
+    assert await claimed(holding_a) == a.runner
+
+    b = await processes.worker()
+    two = await submit("s", "add one", "x = x + 1\nSUBMIT(answer=str(x))")
+    assert ((await api.wait_for_turn(two)).answer, await claimed(two)) == ("2", b.runner)
+    holding_b = await submit("hold-b", "hold B", hold)
+    assert await claimed(holding_b) == b.runner
+    assert (await api.wait_for_turn(holding_a)).status == "completed"
+
+    three = await submit("s", "read", "SUBMIT(answer=str(x))")
+    done = await api.wait_for_turn(three)
+    assert done.runner == a.runner
+    assert done.answer == "2", "worker A answered from its stale kernel"

@@ -1,0 +1,88 @@
+"""The turn queue in the store, on SQLite and PostgreSQL: claims in order, never one turn twice,
+leases renewed by their runner only, cancels flagged for the runner, lapsed leases found."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+from sqlalchemy import update
+
+from fleet_rlm.service.leases import lapsed
+from fleet_rlm.store import Store
+from fleet_rlm.store.tables import TurnRow, utcnow
+
+pytestmark = pytest.mark.anyio
+
+
+async def queued(store: Store, count: int) -> list[str]:
+    ids = []
+    for index in range(count):
+        session = await store.create_session(name=f"s{index}")
+        turn, _ = await store.create_turn(session.id, f"task {index}")
+        ids.append(turn.id)
+    return ids
+
+
+async def test_claims_take_the_oldest_unclaimed_turn_first_and_none_twice(store: Store) -> None:
+    ids = await queued(store, 6)
+    claims = await asyncio.gather(*(store.claim_turn(f"w{i}:1:x", 10) for i in range(8)))
+    claimed = [turn.id for turn in claims if turn is not None]
+    assert sorted(claimed) == sorted(ids), "every turn claimed once, and only once"
+    assert claims.count(None) == 2
+    for turn in claims:
+        if turn is not None:
+            assert turn.runner is not None and turn.lease_expires_at is not None
+            assert turn.lease_expires_at > utcnow()
+
+
+async def test_a_lone_worker_claims_in_submission_order(store: Store) -> None:
+    ids = await queued(store, 4)
+    order = [(await store.claim_turn("w:1:x", 10)) for _ in ids]
+    assert [turn.id for turn in order if turn is not None] == ids
+    assert await store.claim_turn("w:1:x", 10) is None
+
+
+async def test_a_claimed_or_running_turn_cannot_be_claimed_by_id(store: Store) -> None:
+    (turn_id,) = await queued(store, 1)
+    assert (await store.claim_turn("a:1:x", 10, turn_id=turn_id)) is not None
+    assert await store.claim_turn("b:1:x", 10, turn_id=turn_id) is None
+    assert (await store.get_turn(turn_id)).runner == "a:1:x"
+
+
+async def test_only_the_runner_renews_its_lease_and_it_hears_of_cancels(store: Store) -> None:
+    first, second = await queued(store, 2)
+    for turn_id in (first, second):
+        await store.claim_turn("mine:1:x", 1, turn_id=turn_id)
+    before = (await store.get_turn(first)).lease_expires_at
+    assert await store.renew_leases("thief:1:x", [first], 300) == set()
+    assert (await store.get_turn(first)).lease_expires_at == before
+
+    await store.request_cancel(second)
+    assert await store.renew_leases("mine:1:x", [first, second], 300) == {second}
+    renewed = (await store.get_turn(first)).lease_expires_at
+    assert renewed is not None and before is not None and renewed > before + dt.timedelta(seconds=200)
+
+
+async def test_a_lapsed_lease_ends_the_turn_interrupted_but_a_renewed_one_is_left(store: Store) -> None:
+    dead, alive = await queued(store, 2)
+    for turn_id in (dead, alive):
+        await store.claim_turn("w:1:x", 300, turn_id=turn_id)
+        await store.mark_running(turn_id)
+    async with store.db.write() as session:
+        past = utcnow() - dt.timedelta(seconds=1)
+        await session.execute(update(TurnRow).where(TurnRow.id == dead).values(lease_expires_at=past))
+
+    interrupted = await store.interrupt_turns(lapsed, "lapsed")
+    assert [turn.id for turn in interrupted] == [dead]
+    assert (await store.get_turn(dead)).status == "interrupted"
+    assert (await store.get_turn(alive)).status == "running"
+    events = await store.events_after(dead)
+    assert [event.type.value for event in events] == ["turn.interrupted"]
+
+
+async def test_a_queued_turn_nobody_claimed_is_never_lapsed(store: Store) -> None:
+    (turn_id,) = await queued(store, 1)
+    assert await store.interrupt_turns(lapsed, "lapsed") == []
+    assert (await store.get_turn(turn_id)).status == "queued"

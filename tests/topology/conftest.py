@@ -1,0 +1,47 @@
+"""A real multi-process topology on this machine: API replicas (``fleet serve --no-workers``) and
+``fleet worker`` processes sharing one PostgreSQL database, the scripted model and one data directory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fleet_rlm.models.scripted import ScriptedModelServer
+from tests.store.databases import PostgresDatabases, postgres_databases
+
+from .processes import Topology
+
+__all__ = ["postgres_databases"]
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def postgres_url(postgres_databases: PostgresDatabases) -> Iterator[str]:
+    url = postgres_databases.new_url()
+    yield url
+    postgres_databases.drop(url)
+
+
+@pytest.fixture
+def topology(model_server: ScriptedModelServer, home: Path, postgres_url: str, tmp_path: Path) -> Iterator[Topology]:
+    config_home = tmp_path / "config"
+    config_home.mkdir()
+    env = {
+        "FLEET_HOME": str(home),
+        "FLEET_DATABASE_URL": postgres_url,
+        "FLEET_LM_MODEL": "openai/root",
+        "FLEET_LM_BASE_URL": model_server.base_url,
+        "FLEET_LM_API_KEY": "scripted",
+        "FLEET_SUB_LM_MODEL": "openai/sub",
+        "FLEET_LM_NUM_RETRIES": "0",
+        "FLEET_SANDBOX_POOL_SIZE": "1",
+        "FLEET_WORKER_IN_SERVER": "false",
+        "FLEET_WORKER_LEASE_SECONDS": "5",
+        "XDG_CONFIG_HOME": str(config_home),
+    }
+    running = Topology(env, tmp_path / "logs", postgres_url)
+    yield running
+    running.stop()

@@ -1,0 +1,185 @@
+"""Two API replicas and two workers over one PostgreSQL database, as separate processes: turns queued on
+any replica are claimed by a worker, streamed from any replica, cancelled from any replica, survive a
+worker's kill -9 (its turn ends interrupted once its lease lapses) and a rolling restart of everything."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.protocol.events import Event, EventType
+
+from .processes import Topology
+
+pytestmark = pytest.mark.postgres
+
+SLOW = "print('started', flush=True)\nimport time\ntime.sleep(60)\nSUBMIT(answer='too late')"
+
+
+def answer_step(text: str) -> str:
+    return rlm_step("Answer.", f"print('working on {text}')\nSUBMIT(answer={text!r})")
+
+
+def wait_for_output(events: list[Event], follow: object, text: str) -> None:
+    for event in follow:  # type: ignore[attr-defined]
+        events.append(event)
+        if event.type is EventType.OUTPUT and text in str(event.data["text"]):
+            return
+    raise AssertionError(f"the turn ended before printing {text!r}")
+
+
+def assert_whole(events: list[Event], last: EventType) -> None:
+    assert [e.seq for e in events] == list(range(1, len(events) + 1)), "an event was lost or repeated"
+    assert events[0].type is EventType.TURN_STARTED
+    assert [e.type for e in events if e.terminal] == [last]
+
+
+def test_a_turn_queued_on_one_replica_is_claimed_by_a_worker_and_streamed_whole_from_the_other(
+    topology: Topology, model_server: ScriptedModelServer
+) -> None:
+    topology.start()
+    replica_a, replica_b = topology.client(0), topology.client(1)
+    names = [f"s{i}" for i in range(6)]
+    for name in names:
+        replica_b.create_session(name=name)
+        model_server.script_for_task("root", f"task of {name}", answer_step(name))
+    turns = [replica_b.submit_turn(name, f"task of {name}") for name in names]
+
+    for name, turn in zip(names, turns, strict=True):
+        events = list(replica_a.follow(turn["id"]))
+        assert_whole(events, EventType.TURN_COMPLETED)
+        assert any(e.type is EventType.OUTPUT and f"working on {name}" in str(e.data["text"]) for e in events)
+        assert replica_a.turn(turn["id"])["answer"] == name
+        assert replica_b.turn(turn["id"])["status"] == "completed"
+    runners = {topology.runner_of(turn["id"]) for turn in turns}
+    worker_pids = {str(worker.pid) for worker in topology.workers}
+    assert {runner.rsplit(":", 2)[1] for runner in runners if runner} <= worker_pids, "a replica ran a turn"
+
+
+def test_a_worker_killed_mid_turn_leaves_the_turn_interrupted_within_15s_and_the_session_usable(
+    topology: Topology, model_server: ScriptedModelServer
+) -> None:
+    topology.start()
+    client = topology.client(0)
+    client.create_session(name="doomed")
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    turn = client.submit_turn("doomed", "take forever")
+    seen: list[Event] = []
+    wait_for_output(seen, client.follow(turn["id"]), "started")
+
+    topology.worker_running(turn["id"]).kill()
+    killed = time.monotonic()
+    while client.turn(turn["id"])["status"] != "interrupted":
+        assert time.monotonic() - killed < 15, "the dead worker's turn is still active"
+        time.sleep(0.1)
+
+    replay = list(topology.client(1).follow(turn["id"]))
+    assert_whole(replay, EventType.TURN_INTERRUPTED)
+    assert [e.seq for e in replay[: len(seen)]] == [e.seq for e in seen]
+
+    model_server.script("root", answer_step("again"))
+    retry = client.submit_turn("doomed", "try again")
+    assert_whole(list(client.follow(retry["id"])), EventType.TURN_COMPLETED)
+    assert client.turn(retry["id"])["answer"] == "again"
+
+
+def test_a_cancel_sent_to_the_other_replica_reaches_the_worker_within_a_second(
+    topology: Topology, model_server: ScriptedModelServer
+) -> None:
+    topology.start()
+    replica_a, replica_b = topology.client(0), topology.client(1)
+    replica_a.create_session(name="stop-me")
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    turn = replica_a.submit_turn("stop-me", "take forever")
+    events: list[Event] = []
+    follow = replica_a.follow(turn["id"])
+    wait_for_output(events, follow, "started")
+
+    asked = time.monotonic()
+    replica_b.cancel(turn["id"])
+    events.extend(follow)
+    ended = time.monotonic() - asked
+
+    assert_whole(events, EventType.TURN_CANCELLED)
+    assert ended < 1.0, f"the cancel took {ended:.2f}s to end the turn"
+    assert replica_b.turn(turn["id"])["status"] == "cancelled"
+
+
+@pytest.mark.timeout(600)
+def test_a_rolling_restart_of_every_process_loses_no_turn_and_no_event(
+    topology: Topology, model_server: ScriptedModelServer
+) -> None:
+    topology.start()
+    sessions = [f"r{i}" for i in range(4)]
+    for name in sessions:
+        topology.client(0).create_session(name=name)
+    submitted: list[str] = []
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def submit_forever(name: str) -> None:
+        """One session's turns, one after another, through whichever replica answers."""
+        count = 0
+        try:
+            while not stop.is_set():
+                count += 1
+                task = f"{name} turn {count}"
+                model_server.script_for_task(
+                    "root", task, rlm_step("Work.", f"import time\ntime.sleep(0.5)\nSUBMIT(answer={task!r})")
+                )
+                turn = _through_any_replica(topology, lambda client, task=task: client.submit_turn(name, task))
+                submitted.append(turn["id"])
+                while _through_any_replica(topology, lambda client, turn=turn: client.turn(turn["id"]))["status"] in (
+                    "queued",
+                    "running",
+                ):
+                    time.sleep(0.1)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=submit_forever, args=(name,)) for name in sessions]
+    for thread in threads:
+        thread.start()
+    time.sleep(2)
+    for index, old in enumerate(list(topology.workers)):
+        drained = time.monotonic()
+        assert old.terminate() == 0, "a draining worker did not exit cleanly"
+        print(f"worker {index} drained in {time.monotonic() - drained:.1f}s")
+        topology.workers.remove(old)
+        topology.add_worker()
+        time.sleep(1)
+    for index in range(len(topology.replicas)):
+        topology.replicas[index].stop()
+        topology.replicas[index].start()
+        time.sleep(1)
+    time.sleep(2)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+
+    client = topology.client(0)
+    assert len(submitted) >= 3 * len(sessions), "the restarts stalled the turns"
+    for turn_id in submitted:
+        turn = client.turn(turn_id)
+        assert turn["status"] == "completed", (turn_id, turn["status"], turn.get("error"))
+        assert_whole(list(client.follow(turn_id)), EventType.TURN_COMPLETED)
+    stored = sum(len(client.turns(name)) for name in sessions)
+    assert stored == len(submitted)
+
+
+def _through_any_replica(topology: Topology, call: object) -> dict:  # type: ignore[type-arg]
+    """The call's result from the first replica that answers (one may be restarting)."""
+    last: Exception | None = None
+    for _ in range(100):
+        for index in range(len(topology.replicas)):
+            try:
+                with topology.client(index) as client:
+                    return call(client)  # type: ignore[operator,no-any-return]
+            except Exception as exc:  # a replica restarting: the other answers
+                last = exc
+        time.sleep(0.1)
+    raise AssertionError(f"no replica answered: {last}")
