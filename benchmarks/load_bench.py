@@ -1,7 +1,7 @@
 """Load on the durable service: many concurrent sessions, each running one multi-iteration turn.
 
 Run: ``uv run python benchmarks/load_bench.py [--sessions 50] [--iterations 3] [--delay 0.05]
-[--pool 2] [--max-running N] [--database-url URL]``.
+[--pool 2] [--max-running N] [--database-url URL] [--workers 0,1,2]``.
 
 A real ``fleet serve`` process (SQLite under a temporary FLEET_HOME unless ``--database-url``)
 serves a scripted model that answers every call after ``--delay`` seconds; each session's turn
@@ -16,6 +16,11 @@ and streamed over SSE. Reported:
   sandboxes, sampled every 50 ms;
 - sandbox pool: acquire latency of a pre-started sandbox against a cold start (each to the first
   execution's result), medians over ``--pool-repeats``.
+
+``--workers`` (PostgreSQL only) measures topologies side by side in one run, each on a fresh copy of
+the database's schema: ``0`` is ``fleet serve`` running its turns itself; ``N`` is an API replica
+(``--no-workers``) and N ``fleet worker`` processes. It prints each report, then the throughput and
+event-lag ratios against the first topology listed. Memory figures cover the API process's tree only.
 """
 
 from __future__ import annotations
@@ -214,6 +219,51 @@ def pool_latency(repeats: int) -> tuple[float, float]:
     return statistics.median(warm), statistics.median(cold)
 
 
+def start_process(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(command, env=env, cwd=log.parent, stdout=out, stderr=subprocess.STDOUT)
+
+
+def wait_healthy(base_url: str, process: subprocess.Popen[bytes], log: Path) -> bool:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(base_url + "/api/v1/health", timeout=1).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            print(log.read_text()[-3000:], file=sys.stderr)
+            return False
+        time.sleep(0.1)
+
+
+def wait_workers(logs: list[Path]) -> None:
+    deadline = time.monotonic() + 120
+    while not all(b"runs turns from" in log.read_bytes() for log in logs):
+        if time.monotonic() > deadline:
+            raise RuntimeError("a worker did not start")
+        time.sleep(0.1)
+
+
+def fresh_database(url: str, name: str) -> str:
+    """A new empty database beside ``url``'s (same server), for one topology's run."""
+    import asyncpg
+
+    admin = url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+    async def create() -> None:
+        connection = await asyncpg.connect(admin)
+        try:
+            await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await connection.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await connection.close()
+
+    asyncio.run(create())
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=50)
@@ -223,7 +273,53 @@ def main() -> int:
     parser.add_argument("--max-running", type=int, help="FLEET_MAX_RUNNING_TURNS of the server (default: its own)")
     parser.add_argument("--database-url", help="FLEET_DATABASE_URL (default: SQLite in a temporary FLEET_HOME)")
     parser.add_argument("--pool-repeats", type=int, default=15)
+    parser.add_argument(
+        "--workers",
+        help="topologies to compare, e.g. 0,1,2: 0 = fleet serve runs turns; N = API replica + N fleet workers "
+        "(needs --database-url on PostgreSQL)",
+    )
     args = parser.parse_args()
+    if not args.workers:
+        report = measure(args, workers=None)
+        print(json.dumps(report, indent=2))
+        return 0 if report["outcomes"] == ["turn.completed"] else 1
+    if not (args.database_url or "").startswith("postgresql"):
+        parser.error("--workers needs --database-url postgresql+asyncpg://...")
+    reports = []
+    for count in [int(part) for part in args.workers.split(",")]:
+        database = fresh_database(args.database_url, f"fleet_load_bench_{count}")
+        report = measure(args, workers=count, database_url=database)
+        reports.append(report)
+        print(json.dumps(report, indent=2))
+    base = reports[0]
+    print(
+        json.dumps(
+            {
+                "compared_to": base["topology"],
+                "ratios": {
+                    r["topology"]: {
+                        "turns_per_second": round(r["turns_per_second"] / base["turns_per_second"], 2),
+                        "event_lag_p99": round(r["event_lag_p99_ms"] / base["event_lag_p99_ms"], 2)
+                        if base["event_lag_p99_ms"]
+                        else None,
+                        "time_to_first_event_p50": round(
+                            r["time_to_first_event_p50_ms"] / base["time_to_first_event_p50_ms"], 2
+                        )
+                        if base["time_to_first_event_p50_ms"]
+                        else None,
+                    }
+                    for r in reports
+                },
+            },
+            indent=2,
+        )
+    )
+    return 0 if all(r["outcomes"] == ["turn.completed"] for r in reports) else 1
+
+
+def measure(args: argparse.Namespace, *, workers: int | None, database_url: str | None = None) -> dict[str, Any]:
+    """One topology under the load: ``workers`` None or 0, the server runs turns; N, N worker processes."""
+    database_url = database_url or args.database_url
 
     model = ScriptedModel(default=responder(args.iterations, args.delay))
     with ScriptedModelServer(model) as model_server, tempfile.TemporaryDirectory(prefix="fleet-load-") as home:
@@ -242,32 +338,23 @@ def main() -> int:
                 "XDG_CONFIG_HOME": str(Path(home) / "config"),
             }
         )
-        if args.database_url:
-            env["FLEET_DATABASE_URL"] = args.database_url
+        if database_url:
+            env["FLEET_DATABASE_URL"] = database_url
         if args.max_running is not None:
             env["FLEET_MAX_RUNNING_TURNS"] = str(args.max_running)
+        if workers:
+            env["FLEET_WORKER_IN_SERVER"] = "false"
         log = Path(home) / "server.log"
-        with log.open("wb") as out:
-            server = subprocess.Popen(
-                [sys.executable, "-m", "fleet_rlm.api.server", "--port", str(port)],
-                env=env,
-                cwd=home,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        server = start_process([sys.executable, "-m", "fleet_rlm.api.server", "--port", str(port)], env, log)
+        worker_logs = [Path(home) / f"worker-{index}.log" for index in range(workers or 0)]
+        worker_processes = [
+            start_process([sys.executable, "-m", "fleet_rlm", "worker"], env, path) for path in worker_logs
+        ]
         base_url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(base_url + "/api/v1/health", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if server.poll() is not None or time.monotonic() > deadline:
-                    print(log.read_text()[-3000:], file=sys.stderr)
-                    return 1
-                time.sleep(0.1)
+            if not wait_healthy(base_url, server, log):
+                raise RuntimeError("the server did not start")
+            wait_workers(worker_logs)
             sampler = MemorySampler(server.pid)
             cpu_before = sampler.cpu_seconds()
             sampler.start()
@@ -276,8 +363,10 @@ def main() -> int:
             server_peak_kb = sampler.process_peak_kb()
             server_cpu = sampler.cpu_seconds() - cpu_before
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            for process in [server, *worker_processes]:
+                process.terminate()
+            for process in [server, *worker_processes]:
+                process.wait(timeout=90)
 
     outcomes = {t.terminal for t in timings}
     start = min(t.submitted for t in timings)
@@ -287,12 +376,13 @@ def main() -> int:
     lags = [lag for t in timings for lag in t.lags]
     warm, cold = pool_latency(args.pool_repeats)
     report = {
+        "topology": f"api + {workers} workers" if workers else "fleet serve (turns in the server)",
         "sessions": args.sessions,
         "iterations_per_turn": args.iterations,
         "model_delay_s": args.delay,
         "server_pool_size": args.pool,
         "max_running_turns": args.max_running if args.max_running is not None else "default",
-        "database": args.database_url or "sqlite (embedded)",
+        "database": "postgresql" if database_url else "sqlite (embedded)",
         "outcomes": sorted(outcomes),
         "events": len(lags),
         "iterations_per_turn_observed": sorted({t.iterations for t in timings}),
@@ -310,8 +400,7 @@ def main() -> int:
         "cold_start_to_first_execution_ms": round(cold * 1000, 2),
         "pool_speedup": round(cold / warm, 1) if warm else None,
     }
-    print(json.dumps(report, indent=2))
-    return 0 if outcomes == {"turn.completed"} else 1
+    return report
 
 
 if __name__ == "__main__":

@@ -133,3 +133,20 @@ def test_run_through_a_server_then_manage_its_sessions(
     assert missing.exit_code == 1 and "no session 'copy'" in missing.output
     table = runner.invoke(app, ["sessions", "ls"])
     assert session["id"] in table.output
+
+
+def test_worker_and_serve_without_workers_refuse_sqlite_saying_what_they_need(tmp_path: Path) -> None:
+    """On the embedded database one process runs everything; a worker there would never be told of turns."""
+    env = clean_env(tmp_path)
+    for command in (["worker"], ["serve", "--no-workers"]):
+        refused = subprocess.run(
+            [sys.executable, "-m", "fleet_rlm", *command],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert "PostgreSQL" in refused.stderr and "SQLite" in refused.stderr
+    assert not (tmp_path / "home" / "fleet.db").exists(), "a refused command touched the database"

@@ -91,6 +91,22 @@ def test_the_same_failure_twice_gets_plain_advice_and_four_times_ends_the_turn_i
     assert "[Fleet] This same code" not in prompt_text(requests[1])
 
 
+def test_the_same_output_twice_from_the_same_code_is_met_with_advice_to_submit(harness: Harness) -> None:
+    """Seen with a real 1.5B model: it printed the right total, then ran the same code until the budget ended."""
+    total = rlm_step(
+        "Sum it.", "print(sum(int(line.split(',')[1]) for line in open('files/sales.csv').readlines()[1:]))"
+    )
+    harness.server.script("root", total, total, total, rlm_step("Done.", "SUBMIT(answer='3')"))
+
+    run = harness.run("Total amount?", files={"sales.csv": "region,amount\nnorth,3\n"}, max_iterations=10)
+
+    assert (run.outcome.status, run.outcome.answer) == ("completed", "3")
+    requests = harness.server.model.requests_for("root")
+    assert "[Fleet] This same code" not in prompt_text(requests[1])
+    assert "[Fleet] This same code has now run 2 times in a row and printed the same output" in prompt_text(requests[2])
+    assert "call SUBMIT" in prompt_text(requests[3])
+
+
 def test_a_different_error_resets_the_count(harness: Harness) -> None:
     steps = [rlm_step("A.", "1/0"), rlm_step("B.", "1/0"), rlm_step("C.", "[][1]"), rlm_step("D.", "1/0")]
     harness.server.script("root", *steps, rlm_step("E.", "SUBMIT(answer='done')"))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer
+from fleet_rlm.testing.cli import scripted_env
 from tests.store.databases import PostgresDatabases, postgres_databases
 
 from .processes import Topology
@@ -32,15 +33,14 @@ def topology(model_server: ScriptedModelServer, home: Path, postgres_url: str, t
     env = {
         "FLEET_HOME": str(home),
         "FLEET_DATABASE_URL": postgres_url,
-        "FLEET_LM_MODEL": "openai/root",
-        "FLEET_LM_BASE_URL": model_server.base_url,
-        "FLEET_LM_API_KEY": "scripted",
-        "FLEET_SUB_LM_MODEL": "openai/sub",
-        "FLEET_LM_NUM_RETRIES": "0",
-        "FLEET_SANDBOX_POOL_SIZE": "1",
-        "FLEET_WORKER_IN_SERVER": "false",
-        "FLEET_WORKER_LEASE_SECONDS": "5",
         "XDG_CONFIG_HOME": str(config_home),
+        **scripted_env(
+            model_server,
+            lm_num_retries="0",
+            sandbox_pool_size="1",
+            worker_in_server="false",
+            worker_lease_seconds="5",
+        ),
     }
     running = Topology(env, tmp_path / "logs", postgres_url)
     yield running

@@ -104,7 +104,8 @@ class BudgetSettings(BaseModel):
     loop_guard_warn_after: int = Field(
         default=2,
         ge=1,
-        description="Identical failures of the same code in a row before the model is told to change course.",
+        description="Identical failures (or identical runs with the same output) of the same code in a row "
+        "before the model is told to change course (or to submit).",
     )
     loop_guard_stop_after: int = Field(
         default=4, ge=1, description="Identical failures of the same code in a row that end the turn as incomplete."

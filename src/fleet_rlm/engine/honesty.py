@@ -2,7 +2,9 @@
 
 - :class:`LoopGuard` watches executions: when the same code (normalized) fails the same way
   ``warn_after`` times in a row, the model is told so plainly; after ``stop_after`` the loop ends
-  with :class:`LoopStopped`, and the turn is ``incomplete``.
+  with :class:`LoopStopped`, and the turn is ``incomplete``. When the same code succeeds with the same
+  output ``warn_after`` times in a row (a small model that found its answer and runs it again instead
+  of submitting), the model is told to submit it or change course.
 - :class:`GuardedExtract` is the RLM's extract step: when the iteration budget runs out without a
   single execution that succeeded, it refuses to extract (:class:`NothingComputed`), so the turn is
   ``incomplete`` instead of presenting an answer made up from errors.
@@ -87,16 +89,33 @@ class LoopGuard:
     last_error: str | None = None
     _attempt: tuple[str, str] | None = None
     _repeats: int = 0
+    _run: tuple[str, str] | None = None
+    _run_repeats: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def from_settings(cls, budget: BudgetSettings) -> LoopGuard:
         return cls(warn_after=budget.loop_guard_warn_after, stop_after=budget.loop_guard_stop_after)
 
-    def success(self) -> None:
+    def success(self, code: str, output: str) -> int:
+        """Record a successful execution; returns how many times in a row this code printed this output."""
+        run = (normalized_code(code), output)
         with self._lock:
             self.succeeded += 1
             self._attempt, self._repeats = None, 0
+            self._run_repeats = self._run_repeats + 1 if run == self._run else 1
+            self._run = run
+            return self._run_repeats
+
+    def repeat_advice(self, repeats: int) -> str | None:
+        """What the model is told after its output, when it ran the same code to the same output again."""
+        if repeats < self.warn_after:
+            return None
+        return (
+            f"[Fleet] This same code has now run {repeats} times in a row and printed the same output each "
+            "time; running it again will print it again. If that output answers the task, call SUBMIT with "
+            "the answer now. If it does not, change the code."
+        )
 
     def failure(self, code: str, error_type: str, message: str) -> int:
         """Record a failed execution; returns how many times in a row this code failed this way."""
@@ -105,6 +124,7 @@ class LoopGuard:
             self.last_error = f"{error_type}: {message.strip()}" if message.strip() else error_type
             self._repeats = self._repeats + 1 if attempt == self._attempt else 1
             self._attempt = attempt
+            self._run, self._run_repeats = None, 0
             return self._repeats
 
     def advice(self, repeats: int) -> str | None:

@@ -248,7 +248,10 @@ class ObservedSandbox:
             raise
         else:
             if own_code:
-                trace.guard.success()
+                repeats = trace.guard.success(code, result if isinstance(result, str) else repr(result))
+                advice = trace.guard.repeat_advice(repeats)
+                if advice is not None and isinstance(result, str):
+                    return f"{result}\n\n{advice}" if result else advice
             return result
         finally:
             self._after_execute()
