@@ -15,8 +15,8 @@ checks the answer. The routes:
   same model, the same task text and iteration budget, run in a directory holding the same ``files/``.
 
 An answer counts as claimed when the turn completed and did not flag it as unverified (source
-``submitted`` or ``direct``; ``extracted`` and flex's ``module`` answers are flagged); ``wrong but claimed``
-counts the claimed answers that are wrong.
+``submitted``, or ``direct`` stating no number it was not given; ``extracted`` and flex's ``module``
+answers are always flagged); ``wrong but claimed`` counts the claimed answers that are wrong.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 
 ROUTES = ("rlm", "flex", "direct", "baseline")
-CLAIMED = ("submitted", "direct")  # completed and not flagged unverified (extracted and module answers are)
+CLAIMED = ("submitted", "direct")  # sources that may be claimed (extracted and module answers never are)
 OUTCOMES = ("submitted", "extracted", "direct", "module", "incomplete", "failed", "refused", "cancelled")
 
 
@@ -79,10 +79,16 @@ class Result:
     seconds: float
     trace: list[str] = field(default_factory=list)
     """The code the model ran and what it printed, cut short: to see where a route went wrong."""
+    unverified: bool = False
+    """The completed turn flagged its answer unverified."""
 
     @property
     def wrong_but_claimed(self) -> bool:
-        return self.outcome in CLAIMED and not self.correct
+        return self.outcome in CLAIMED and not self.unverified and not self.correct
+
+    @property
+    def label(self) -> str:
+        return f"{self.outcome} (unverified)" if self.outcome in CLAIMED and self.unverified else self.outcome
 
 
 # -- Fleet routes ------------------------------------------------------------------------------------
@@ -146,6 +152,7 @@ def fleet_result(task: Task, route: str, outcome: TurnOutcome, seconds: float) -
         input_tokens=int(usage.get("input_tokens", 0)),
         output_tokens=int(usage.get("output_tokens", 0)),
         seconds=seconds,
+        unverified=outcome.status == "completed" and outcome.unverified,
     )
 
 
@@ -295,7 +302,7 @@ def per_task_table(results: list[Result], routes: list[str]) -> str:
         cells = []
         for route in routes:
             mine = [r for r in results if r.task == name and r.route == route]
-            marks = [f"{'ok' if r.correct else 'WRONG' if r.wrong_but_claimed else 'x'} {r.outcome}" for r in mine]
+            marks = [f"{'ok' if r.correct else 'WRONG' if r.wrong_but_claimed else 'x'} {r.label}" for r in mine]
             cells.append(", ".join(marks) or "-")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -305,7 +312,7 @@ def describe(result: Result) -> str:
     said = result.answer or result.error or ""
     mark = "ok" if result.correct else ("WRONG-CLAIMED" if result.wrong_but_claimed else "not right")
     return (
-        f"{result.task:18} {result.route:8} {result.outcome:10} {mark:13} it={result.iterations} "
+        f"{result.task:18} {result.route:8} {result.label:10} {mark:13} it={result.iterations} "
         f"calls={result.model_calls} {result.seconds:6.1f}s  {' '.join(said.split())[:120]!r}"
     )
 

@@ -9,21 +9,14 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from fleet_rlm.engine.numbers import numbers_in
 
 SEED = 20261203
 INLINE_LIMIT = 6_000
 """Files up to this many characters in total are shown to the direct route inside its task text."""
-
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-def numbers_in(text: str) -> list[float]:
-    """Every number written in ``text``; ``12,345.6`` reads as one number."""
-    plain = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
-    return [float(match) for match in _NUMBER.findall(plain)]
 
 
 def has_number(text: str, expected: float, tolerance: float = 0.01) -> bool:

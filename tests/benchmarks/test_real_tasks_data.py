@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from benchmarks.real_tasks_data import INLINE_LIMIT, TASKS, has_number, numbers_in
+from benchmarks.real_tasks_data import INLINE_LIMIT, TASKS, has_number
+
+from fleet_rlm.engine.numbers import numbers_in
 
 
 def test_numbers_are_read_with_thousands_separators_and_decimals() -> None:

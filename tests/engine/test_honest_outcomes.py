@@ -153,6 +153,25 @@ def test_a_direct_answer_says_it_came_without_code(harness: Harness) -> None:
     assert (run.outcome.status, run.outcome.answer_source, run.outcome.unverified) == ("completed", "direct", False)
 
 
+def test_a_direct_answer_with_numbers_it_was_not_given_is_unverified(harness: Harness) -> None:
+    harness.server.script("root", fields_reply(reasoning="Adding up.", answer="The total is **13,025**."))
+    run = harness.run("Add these up: 10, 20, 30, 4000", mode="direct")
+    assert (run.outcome.status, run.outcome.answer_source, run.outcome.unverified) == ("completed", "direct", True)
+    completed = run.of(EventType.TURN_COMPLETED)[0].data
+    assert completed["unverified"] is True
+    assert "(13025)" in completed["unverified_reason"]
+    assert "mode rlm" in completed["unverified_reason"]
+
+
+def test_a_direct_answer_that_only_repeats_the_messages_numbers_or_numbers_its_points_is_not_flagged(
+    harness: Harness,
+) -> None:
+    answer = "Of 10, 20 and 4,000 the largest is 4,000.\n\n1. Compare them.\n2) Pick the largest."
+    harness.server.script("root", fields_reply(reasoning="Comparing.", answer=answer))
+    run = harness.run("Which is largest: 10, 20 or 4000?", mode="direct")
+    assert (run.outcome.answer_source, run.outcome.unverified) == ("direct", False)
+
+
 def test_a_child_agent_follows_the_same_loop_guard(harness: Harness) -> None:
     parent = "r = spawn_agent('CHILD loops')\nprint(r['status'], r['error'])\nSUBMIT(answer=r['status'])"
     harness.server.script_for_task("root", "PARENT", rlm_step("Delegate.", parent))

@@ -8,12 +8,12 @@ answer are listed in the run's summary.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
 import pytest
 
+from fleet_rlm.engine.numbers import numbers_in
 from fleet_rlm.models.local import RealModelServer
 from fleet_rlm.testing.cli import json_events, run_fleet
 from fleet_rlm.testing.turn_events import event_problems
@@ -93,10 +93,6 @@ def test_an_rlm_turn_of_the_small_model_ends_with_a_reason_or_an_answer(
     record_turn.append(record)
 
 
-def numbers_in(text: str) -> list[float]:
-    return [float(n.replace(",", "")) for n in re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)]
-
-
 @pytest.mark.timeout(RLM_TIMEOUT + 60)
 def test_an_rlm_answer_of_the_large_model_is_true_or_honestly_not_claimed(
     large_model: RealModelServer, tmp_path: Path, record_turn: list[TurnRecord]
@@ -138,6 +134,8 @@ def test_a_task_that_cannot_succeed_ends_incomplete_not_invented(
         assert "failed the same way" in str(data["reason"]) or "no code ran successfully" in str(data["reason"])
     elif last["type"] == "turn.failed":  # the deadline came first: a reason, and no answer
         assert "deadline" in str(data["reason"]), record
-        assert not data.get("answer"), record
-    else:
+    else:  # the model changed course (csv, pandas): a count it claims as checked must be the true one
         assert last["type"] == "turn.completed", record
+        if not data["unverified"]:
+            claimed = numbers_in(str(data["answer"]))
+            assert not claimed or 1 in claimed, f"a wrong row count claimed as a result: {record}"

@@ -21,6 +21,7 @@ from typing import Any
 import dspy
 
 from fleet_rlm.config import BudgetSettings
+from fleet_rlm.engine.numbers import numbers_in, written
 
 
 class TurnIncomplete(Exception):
@@ -71,6 +72,26 @@ MODULE_UNVERIFIED_REASON = (
     "the flex module's model read the input files' text and answered in one pass; no code computed or "
     "checked this answer"
 )
+
+
+_LIST_MARKER = re.compile(r"^[ \t]*(?:#+[ \t]*)?\d+[.)][ \t]", re.MULTILINE)
+SHOWN_NUMBERS = 5
+
+
+def direct_unverified_reason(answer: str, given: str) -> str | None:
+    """Why a direct answer is unverified: it states numbers that are not in what the model was given
+    (the message and the conversation), which it can only have worked out or recalled without running
+    code; None when it states none (numbered-list markers aside)."""
+    given_numbers = {abs(value) for value in numbers_in(given)}
+    stated = [abs(value) for value in numbers_in(_LIST_MARKER.sub("", answer))]
+    new = [written(value) for value in dict.fromkeys(stated) if value not in given_numbers]
+    if not new:
+        return None
+    shown = ", ".join(new[:SHOWN_NUMBERS]) + (", ..." if len(new) > SHOWN_NUMBERS else "")
+    return (
+        f"the model stated numbers that are not in the message ({shown}) without running code, so nothing "
+        "computed or checked them; for a computed answer ask in mode rlm (or hybrid)"
+    )
 
 
 def could_not_compute(reason: str) -> str:

@@ -30,6 +30,7 @@ from fleet_rlm.engine.honesty import (
     UNVERIFIED_REASON,
     LoopGuard,
     could_not_compute,
+    direct_unverified_reason,
     incomplete_in,
 )
 from fleet_rlm.engine.inputs import Text
@@ -288,6 +289,10 @@ class Turn:
             return TurnOutcome(
                 TurnStatus.COMPLETED, answer, answer_source=source, unverified_reason=MODULE_UNVERIFIED_REASON
             )
+        if source == "direct":
+            given = f"{ctx.inputs['task']}\n{ctx.inputs['history']}"
+            reason = direct_unverified_reason(answer, given)
+            return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source, unverified_reason=reason)
         return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source)
 
     def _delegation(self, skills: TurnSkills) -> Delegation:
