@@ -6,10 +6,12 @@ carry nothing but a wake-up."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -208,3 +210,27 @@ async def test_a_worker_never_reuses_its_kernel_after_another_worker_ran_the_ses
     done = await api.wait_for_turn(three)
     assert done.runner == a.runner
     assert done.answer == "2", "worker A answered from its stale kernel"
+
+
+async def test_a_worker_that_loses_its_database_logs_each_traceback_once_and_says_when_it_works_again(
+    processes: Processes, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = await processes.worker()
+    dsn = str(processes.settings.database_url).replace("postgresql+asyncpg://", "postgresql://", 1)
+    name = dsn.rsplit("/", 1)[1]
+    admin = await asyncpg.connect(dsn.rsplit("/", 1)[0] + "/test")
+    caplog.set_level(logging.INFO, logger="fleet_rlm")
+    try:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name)
+        await asyncio.sleep(4)  # the worker polls every second and sweeps leases every 0.6 s
+    finally:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        await admin.close()
+    await asyncio.sleep(2)
+
+    tracebacks = Counter(r.getMessage() for r in caplog.records if r.exc_info is not None)
+    assert "claiming queued turns failed; trying again" in tracebacks, caplog.text
+    assert set(tracebacks.values()) == {1}, tracebacks
+    assert "claiming queued turns works again" in caplog.text
+    await worker.create_session(name="after")  # the database is back, and so is the worker

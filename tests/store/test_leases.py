@@ -74,7 +74,8 @@ async def test_a_lapsed_lease_ends_the_turn_interrupted_but_a_renewed_one_is_lef
         past = utcnow() - dt.timedelta(seconds=1)
         await session.execute(update(TurnRow).where(TurnRow.id == dead).values(lease_expires_at=past))
 
-    interrupted = await store.interrupt_turns(lapsed, "lapsed")
+    assert [turn.id for turn in await store.active_turns(lease_lapsed=True)] == [dead]  # chosen in SQL
+    interrupted = await store.interrupt_turns(lapsed, "lapsed", lease_lapsed=True)
     assert [turn.id for turn in interrupted] == [dead]
     assert (await store.get_turn(dead)).status == "interrupted"
     assert (await store.get_turn(alive)).status == "running"
@@ -85,4 +86,5 @@ async def test_a_lapsed_lease_ends_the_turn_interrupted_but_a_renewed_one_is_lef
 async def test_a_queued_turn_nobody_claimed_is_never_lapsed(store: Store) -> None:
     (turn_id,) = await queued(store, 1)
     assert await store.interrupt_turns(lapsed, "lapsed") == []
+    assert await store.interrupt_turns(lapsed, "lapsed", lease_lapsed=True) == []
     assert (await store.get_turn(turn_id)).status == "queued"

@@ -14,6 +14,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection
 
+from fleet_rlm.service.failures import FailureLog
 from fleet_rlm.store import Store, TurnRecord
 from fleet_rlm.store.tables import utcnow
 
@@ -43,17 +44,21 @@ class LeaseKeeper:
         self._cancel = cancel
         self._interrupted = interrupted
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sweep_failures = FailureLog(log, "ending turns whose lease lapsed")
+        self._renew_failures = FailureLog(log, "renewing this process's turn leases")
 
     def start(self, *, renew: bool) -> None:
         """Sweep for lapsed leases; with ``renew`` (the process runs turns) also keep its own."""
-        self._tasks.add(asyncio.create_task(self._every(self.lease_seconds / 5, self.sweep), name="lease-sweep"))
+        sweep = self._every(self.lease_seconds / 5, self.sweep, self._sweep_failures)
+        self._tasks.add(asyncio.create_task(sweep, name="lease-sweep"))
         if renew:
-            self._tasks.add(asyncio.create_task(self._every(self.lease_seconds / 3, self.renew), name="lease-renew"))
+            renewal = self._every(self.lease_seconds / 3, self.renew, self._renew_failures)
+            self._tasks.add(asyncio.create_task(renewal, name="lease-renew"))
 
     def renew_now(self, _payload: str = "") -> None:
         """Renew (and so look for cancels) at once: a cancel was asked somewhere. What was asked is read
         from the database, never taken from the notification."""
-        task = asyncio.create_task(self._guarded(self.renew), name="lease-renew-now")
+        task = asyncio.create_task(self._guarded(self.renew, self._renew_failures), name="lease-renew-now")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -62,24 +67,26 @@ class LeaseKeeper:
             self._cancel(turn_id)
 
     async def sweep(self) -> None:
-        for turn in await self.store.interrupt_turns(lapsed, LAPSED_REASON):
+        for turn in await self.store.interrupt_turns(lapsed, LAPSED_REASON, lease_lapsed=True):
             log.warning(
                 "turn %s of session %s: its runner %s let its lease lapse", turn.id, turn.session_id, turn.runner
             )
             self._interrupted(turn)
 
     @classmethod
-    async def _every(cls, seconds: float, step: Callable[[], Awaitable[None]]) -> None:
+    async def _every(cls, seconds: float, step: Callable[[], Awaitable[None]], failures: FailureLog) -> None:
         while True:
             await asyncio.sleep(seconds)
-            await cls._guarded(step)
+            await cls._guarded(step, failures)
 
     @staticmethod
-    async def _guarded(step: Callable[[], Awaitable[None]]) -> None:
+    async def _guarded(step: Callable[[], Awaitable[None]], failures: FailureLog) -> None:
         try:
             await step()
         except Exception:
-            log.exception("keeping turn leases failed; trying again")
+            failures.failed()
+        else:
+            failures.succeeded()
 
     async def close(self) -> None:
         tasks = list(self._tasks)

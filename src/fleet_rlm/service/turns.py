@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -59,7 +60,9 @@ class TurnSubmission:
         return check_session_settings({k: v for k, v in values.items() if v is not None}, ceilings)
 
 
-class TurnOperations:
+class TurnOperations(ABC):
+    """The turn half of the service; the service provides the sandbox pool, the kernels and session deletion."""
+
     settings: Settings
     store: Store
     runner: str
@@ -74,15 +77,15 @@ class TurnOperations:
     _cleanups: set[asyncio.Task[None]]
 
     @property
-    def pool(self) -> SandboxPool:
-        raise NotImplementedError
+    @abstractmethod
+    def pool(self) -> SandboxPool: ...
 
     @property
-    def kernels(self) -> KernelRegistry:
-        raise NotImplementedError
+    @abstractmethod
+    def kernels(self) -> KernelRegistry: ...
 
-    async def delete_session(self, ref: str) -> SessionRecord:
-        raise NotImplementedError
+    @abstractmethod
+    async def delete_session(self, ref: str) -> SessionRecord: ...
 
     async def submit_turn(
         self, session_ref: str, submission: TurnSubmission, *, idempotency_key: str | None = None

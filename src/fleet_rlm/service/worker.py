@@ -13,6 +13,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from fleet_rlm.service.failures import FailureLog
 from fleet_rlm.store import Store, TurnRecord
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class TurnWorker:
         self.draining = False
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._failures = FailureLog(log, "claiming queued turns")
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._claim_loop(), name="turn-worker")
@@ -65,23 +67,22 @@ class TurnWorker:
             try:
                 await self._claim_while_room()
             except Exception:
-                log.exception("claiming queued turns failed; trying again")
+                self._failures.failed()
+            else:
+                self._failures.succeeded()
 
     async def _claim_while_room(self) -> None:
         while self.reserve():
+            started = False
             try:
                 turn = await self.store.claim_turn(self.runner, self.lease_seconds)
-            except BaseException:
-                self.held -= 1
-                raise
-            if turn is None:
-                self.held -= 1
-                return
-            try:
+                if turn is None:
+                    return
                 await self._run(turn)
-            except Exception:
-                self.held -= 1
-                raise
+                started = True  # the room is the turn's now: released when it ends
+            finally:
+                if not started:
+                    self.held -= 1
 
     async def drain(self) -> None:
         """Stop claiming (the turns it runs go on)."""

@@ -30,15 +30,21 @@ class LeaseQueries(StoreBase):
     async def claim_turn(self, runner: str, lease_seconds: float, *, turn_id: str | None = None) -> TurnRecord | None:
         """Claim the oldest queued turn no process has claimed (or the turn ``turn_id``, if it is such a
         turn) for ``runner``; None when there is none."""
+        unclaimed = [TurnRow.status == TurnStatus.QUEUED, TurnRow.runner.is_(None)]
+        if turn_id is not None:
+            unclaimed.append(TurnRow.id == turn_id)
+        # An idle worker asks every second: a read finds nothing to claim without taking a write lock
+        # (SQLite's one) or a transaction that locks rows.
+        async with self.db.read() as session:
+            if (await session.execute(select(TurnRow.id).where(*unclaimed).limit(1))).first() is None:
+                return None
         query = (
             select(TurnRow)
-            .where(TurnRow.status == TurnStatus.QUEUED, TurnRow.runner.is_(None))
+            .where(*unclaimed)
             .order_by(TurnRow.created_at, TurnRow.id)
             .limit(1)
             .with_for_update(skip_locked=True)
         )
-        if turn_id is not None:
-            query = query.where(TurnRow.id == turn_id)
         async with self.db.write() as session:
             row = (await session.execute(query)).scalar_one_or_none()
             if row is None:

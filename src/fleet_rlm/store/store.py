@@ -239,8 +239,11 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         async with self.db.read() as session:
             return [TurnRecord.of(row) for row in (await session.execute(query)).scalars()]
 
-    async def active_turns(self) -> list[TurnRecord]:
+    async def active_turns(self, *, lease_lapsed: bool = False) -> list[TurnRecord]:
+        """Queued and running turns; with ``lease_lapsed`` only those whose runner's lease has lapsed."""
         query = select(TurnRow).where(TurnRow.status.in_(ACTIVE_STATUSES))
+        if lease_lapsed:
+            query = query.where(TurnRow.lease_expires_at < utcnow())
         async with self.db.read() as session:
             return [TurnRecord.of(row) for row in (await session.execute(query)).scalars()]
 
@@ -302,12 +305,16 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             await notify(self.db, session, Channel.EVENTS, [turn_id])
         return TurnRecord.of(row)
 
-    async def interrupt_turns(self, should_interrupt: Callable[[TurnRecord], bool], reason: str) -> list[TurnRecord]:
+    async def interrupt_turns(
+        self, should_interrupt: Callable[[TurnRecord], bool], reason: str, *, lease_lapsed: bool = False
+    ) -> list[TurnRecord]:
         """Mark active turns chosen by ``should_interrupt`` interrupted, each with a terminal
         ``turn.interrupted`` event after its last stored event. The choice is made again on the turn as
-        locked for the change, so a turn that changed meanwhile (ended, or its lease renewed) is left."""
+        locked for the change, so a turn that changed meanwhile (ended, or its lease renewed) is left.
+        With ``lease_lapsed`` only the turns whose lease lapsed are read to be chosen from (the periodic
+        sweep's case: it reads none while every runner keeps its leases)."""
         interrupted: list[TurnRecord] = []
-        for turn in await self.active_turns():
+        for turn in await self.active_turns(lease_lapsed=lease_lapsed):
             if not should_interrupt(turn):
                 continue
             async with self.db.write() as session:
