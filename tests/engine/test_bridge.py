@@ -110,6 +110,15 @@ def test_arguments_are_checked_against_the_allow_list_before_the_tool_runs() -> 
     assert len(calls) == 1
 
 
+def test_a_refused_query_call_says_how_the_tool_is_called() -> None:
+    """Seen with a real 1.5B model: llm_query_batched called with one string, four times in a row."""
+    tools = BridgeGuard().bridge({"llm_query_batched": lambda prompts: prompts, "llm_query": lambda prompt: prompt})
+    error = call(tools, "llm_query_batched", "Is this review positive?")["error"]
+    assert error.startswith("refused by Fleet: llm_query_batched: prompts: Input should be a valid list. ")
+    assert "takes a list of prompt strings" in error and "for one prompt call llm_query(prompt)" in error
+    assert call(tools, "llm_query_batched", ["a", "b"])["value"] == ["a", "b"]
+
+
 def test_host_errors_reach_the_sandbox_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLEET_TEST_BRIDGE_CANARY", "canary-0123456789")
     secret = "sk-settings-secret"

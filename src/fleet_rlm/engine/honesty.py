@@ -134,8 +134,10 @@ class LoopGuard:
             return None
         return (
             f"[Fleet] This same code has now run {repeats} times in a row and printed the same output each "
-            "time; running it again will print it again. If that output answers the task, call SUBMIT with "
-            "the answer now. If it does not, change the code."
+            "time; running it again will print it again. If that output answers the task, call SUBMIT now, as "
+            "the only line of your next code, with the answer written from the variables that hold the "
+            'result, for example SUBMIT(answer=f"The total is {total}.") where total holds it. If the output '
+            "does not answer the task, change the code."
         )
 
     def failure(self, code: str, error_type: str, message: str) -> int:

@@ -28,6 +28,16 @@ PLAIN_TOOLS: dict[str, dict[str, tuple[Any, Any]]] = {
 }
 """Tools called with JSON arguments: argument name -> (type, default), checked strictly."""
 
+USAGE = {
+    "llm_query": "llm_query(prompt) takes one prompt string; for many prompts call llm_query_batched([...])",
+    "llm_query_batched": (
+        "llm_query_batched(prompts) takes a list of prompt strings and returns their answers as a list in "
+        "the same order; for one prompt call llm_query(prompt)"
+    ),
+    "spawn_agents": "spawn_agents(tasks) takes a list of dicts, each like {'task': '...', 'files': [...]}",
+}
+"""How a tool is called, told with a refusal of its arguments (small models mix the two query tools up)."""
+
 FACADE_TOOLS = frozenset({CONSTRUCT_TOOL, CALL_TOOL})
 """DSPy's sandbox ``dspy`` facade; every call goes through :mod:`fleet_rlm.engine.bridge.facade`."""
 

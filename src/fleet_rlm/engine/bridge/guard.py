@@ -81,7 +81,8 @@ def _checked_tool(name: str, tool: Tool, secrets: Sequence[str]) -> Tool:
         try:
             arguments = model.model_validate(kwargs)
         except ValidationError as exc:
-            raise refused(f"{name}: {_argument_errors(exc)}") from None
+            usage = allowed.USAGE.get(name)
+            raise refused(f"{name}: {_argument_errors(exc)}" + (f". {usage}" if usage else "")) from None
         try:
             return tool(**{key: getattr(arguments, key) for key in kwargs})
         except ToolError:
