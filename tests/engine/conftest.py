@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.turn import Turn, TurnOutcome, TurnRequest, build_turn
+from fleet_rlm.engine.turn import HistoryEntry, Turn, TurnOutcome, TurnRequest, build_turn
 from fleet_rlm.models.scripted import ScriptedModelServer
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.testing.settings import scripted_settings
@@ -44,13 +44,25 @@ class Harness:
             workspace.tree.write(f"files/{name}", text.encode())
         return workspace.root
 
-    def build(self, task: str, files: dict[str, str] | None = None, **overrides: Any) -> tuple[Turn, list[Event]]:
+    def build(
+        self,
+        task: str,
+        files: dict[str, str] | None = None,
+        history: list[HistoryEntry] | None = None,
+        **overrides: Any,
+    ) -> tuple[Turn, list[Event]]:
         events: list[Event] = []
-        request = TurnRequest(task=task, workspace=self.workspace(files))
+        request = TurnRequest(task=task, workspace=self.workspace(files), history=list(history or []))
         return build_turn(self.settings(**overrides), request, events.append), events
 
-    def run(self, task: str, files: dict[str, str] | None = None, **overrides: Any) -> TurnRun:
-        turn, events = self.build(task, files, **overrides)
+    def run(
+        self,
+        task: str,
+        files: dict[str, str] | None = None,
+        history: list[HistoryEntry] | None = None,
+        **overrides: Any,
+    ) -> TurnRun:
+        turn, events = self.build(task, files, history, **overrides)
         outcome = asyncio.run(turn.run())
         return TurnRun(outcome, events, turn.workspace.root)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fleet_rlm.engine.turn import HistoryEntry
 from fleet_rlm.models.scripted import fields_reply, rlm_step
 from fleet_rlm.protocol.events import EventType
 
@@ -170,6 +171,23 @@ def test_a_direct_answer_that_only_repeats_the_messages_numbers_or_numbers_its_p
     harness.server.script("root", fields_reply(reasoning="Comparing.", answer=answer))
     run = harness.run("Which is largest: 10, 20 or 4000?", mode="direct")
     assert (run.outcome.answer_source, run.outcome.unverified) == ("direct", False)
+
+
+def test_a_direct_answer_picking_numbers_out_of_data_in_the_message_is_unverified(harness: Harness) -> None:
+    reviews = "".join(f'{{"id": {i}, "text": "review number {i}"}}\n' for i in range(1, 13))
+    harness.server.script("root", fields_reply(reasoning="Reading them.", answer="1, 3, 5, 7, 8, 9, 10 and 12"))
+    run = harness.run(f"Which of these reviews are positive? Answer with their ids.\n{reviews}", mode="direct")
+    assert (run.outcome.status, run.outcome.answer_source, run.outcome.unverified) == ("completed", "direct", True)
+    reason = run.of(EventType.TURN_COMPLETED)[0].data["unverified_reason"]
+    assert "picked numbers (1, 3, 5, 7, 8, ...) out of the data in the message (12 numbers)" in reason
+    assert "without running code" in reason
+
+
+def test_a_direct_answer_quoting_an_earlier_answer_is_not_flagged(harness: Harness) -> None:
+    table = "| region | total |\n" + "".join(f"| r{i} | {1000 + i} |\n" for i in range(12))
+    harness.server.script("root", fields_reply(reasoning="From the table.", answer="r3 took 1003."))
+    run = harness.run("What did r3 take?", history=[HistoryEntry("Total the regions.", table)], mode="direct")
+    assert (run.outcome.answer, run.outcome.unverified) == ("r3 took 1003.", False)
 
 
 def test_a_child_agent_follows_the_same_loop_guard(harness: Harness) -> None:

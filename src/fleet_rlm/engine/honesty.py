@@ -78,20 +78,42 @@ _LIST_MARKER = re.compile(r"^[ \t]*(?:#+[ \t]*)?\d+[.)][ \t]", re.MULTILINE)
 SHOWN_NUMBERS = 5
 
 
-def direct_unverified_reason(answer: str, given: str) -> str | None:
-    """Why a direct answer is unverified: it states numbers that are not in what the model was given
-    (the message and the conversation), which it can only have worked out or recalled without running
-    code; None when it states none (numbered-list markers aside)."""
-    given_numbers = {abs(value) for value in numbers_in(given)}
-    stated = [abs(value) for value in numbers_in(_LIST_MARKER.sub("", answer))]
-    new = [written(value) for value in dict.fromkeys(stated) if value not in given_numbers]
-    if not new:
+DATA_NUMBERS = 10
+"""A message holding at least this many distinct numbers carries data (a table, records, a list)."""
+
+
+def direct_unverified_reason(answer: str, message: str, history: str = "") -> str | None:
+    """Why a direct answer is unverified, or None when it states no number (numbered-list markers aside).
+
+    It is unverified when it states numbers that are not in what the model was given (the message and
+    the conversation): it can only have worked them out or recalled them without running code. It is
+    unverified too when the message carries data (:data:`DATA_NUMBERS` numbers or more) and the answer
+    states numbers from it: picking records or figures out of data by reading it is a computation no
+    code checked (a count, a filter, a classification)."""
+    stated = list(dict.fromkeys(abs(value) for value in numbers_in(_LIST_MARKER.sub("", answer))))
+    if not stated:
         return None
-    shown = ", ".join(new[:SHOWN_NUMBERS]) + (", ..." if len(new) > SHOWN_NUMBERS else "")
-    return (
-        f"the model stated numbers that are not in the message ({shown}) without running code, so nothing "
-        "computed or checked them; for a computed answer ask in mode rlm (or hybrid)"
-    )
+    in_message = {abs(value) for value in numbers_in(message)}
+    given = in_message | {abs(value) for value in numbers_in(history)}
+    new = [value for value in stated if value not in given]
+    if new:
+        return (
+            f"the model stated numbers that are not in the message ({_shown(new)}) without running code, so "
+            "nothing computed or checked them; for a computed answer ask in mode rlm (or hybrid)"
+        )
+    if len(in_message) >= DATA_NUMBERS:
+        picked = [value for value in stated if value in in_message]
+        return (
+            f"the model picked numbers ({_shown(picked)}) out of the data in the message "
+            f"({len(in_message)} numbers) by reading it, without running code, so nothing checked them; "
+            "for a computed answer ask in mode rlm (or hybrid)"
+        )
+    return None
+
+
+def _shown(values: list[float]) -> str:
+    shown = ", ".join(written(value) for value in values[:SHOWN_NUMBERS])
+    return shown + (", ..." if len(values) > SHOWN_NUMBERS else "")
 
 
 def could_not_compute(reason: str) -> str:

@@ -290,8 +290,7 @@ class Turn:
                 TurnStatus.COMPLETED, answer, answer_source=source, unverified_reason=MODULE_UNVERIFIED_REASON
             )
         if source == "direct":
-            given = f"{ctx.inputs['task']}\n{ctx.inputs['history']}"
-            reason = direct_unverified_reason(answer, given)
+            reason = direct_unverified_reason(answer, str(ctx.inputs["task"]), str(ctx.inputs["history"]))
             return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source, unverified_reason=reason)
         return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source)
 
