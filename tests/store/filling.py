@@ -21,6 +21,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     Integer,
+    LargeBinary,
     MetaData,
     Numeric,
     String,
@@ -101,6 +102,8 @@ def value_for(column: Column[Any], index: int, parents: dict[str, list[dict[str,
         return 1_765_000_000.125 + index
     if isinstance(kind, String):
         return _text(column, index)
+    if isinstance(kind, LargeBinary):
+        return bytes(range(256)) * (64 if index == LONGEST_ROW else 1) + index.to_bytes(4, "big")
     raise AssertionError(
         f"{table}.{column.name} has type {kind!r}, which the upgrade test cannot fill yet: add it to value_for()"
     )

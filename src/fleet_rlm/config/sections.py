@@ -7,7 +7,7 @@ import ipaddress
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -318,6 +318,14 @@ class WorkerSettings(BaseModel):
     )
     drain_seconds: float = Field(
         default=60.0, ge=0, description="On SIGTERM, how long fleet worker lets its running turns finish."
+    )
+    file_store: Literal["local", "database"] = Field(
+        default="local",
+        description=(
+            "Where session file bytes are kept: local (the data directory: one machine, or a file system "
+            "they all mount) or database (also in the database, streamed in chunks; each process keeps "
+            "what it reads under its data directory), for replicas and workers on several machines."
+        ),
     )
 
 

@@ -66,6 +66,7 @@ async def replay(
     and ``program`` (the one serving now by default)."""
     settings = snapshot.settings_for(settings or service.settings)
     program = program or await served_program(service.store)
+    await service.files.fetch(snapshot.session_id, (item.sha256 for item in snapshot.files))
     for item in snapshot.files:
         if not service.blobs.path(snapshot.session_id, item.sha256).is_file():
             raise ReplayUnavailable(f"input file {item.path} (sha256 {item.sha256[:12]}…) is no longer stored")

@@ -41,7 +41,7 @@ from fleet_rlm.service.archive_reader import (
     open_tar,
     parse_json,
 )
-from fleet_rlm.service.files import stored_path
+from fleet_rlm.service.files import SessionFiles, stored_path
 from fleet_rlm.service.memory import MAX_WHY_CHARS, check_text
 from fleet_rlm.service.overrides import check_session_settings
 from fleet_rlm.store import BlobStore, FileRecord, Invalid, MemoryRecord, SessionRecord, Store, TurnRecord
@@ -76,7 +76,7 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-async def export_session(store: Store, blobs: BlobStore, ref: str, destination: IO[bytes]) -> SessionRecord:
+async def export_session(store: Store, session_files: SessionFiles, ref: str, destination: IO[bytes]) -> SessionRecord:
     """Write the session's archive to ``destination`` (finished turns only)."""
     session = await store.get_session(ref)
     turns = await store.history(session.id)
@@ -133,7 +133,9 @@ async def export_session(store: Store, blobs: BlobStore, ref: str, destination: 
         ],
     }
     events = {turn.position: await store.events_after(turn.id, 0, limit=10_000_000) for turn in turns}
-    blob_paths = {sha: blobs.path(session.id, sha) for sha in sorted({f.sha256 for f in files})}
+    digests = sorted({f.sha256 for f in files})
+    await session_files.fetch(session.id, digests)
+    blob_paths = {sha: session_files.blobs.path(session.id, sha) for sha in digests}
     await asyncio.to_thread(_write_archive, destination, manifest, events, blob_paths)
     return session
 
@@ -277,7 +279,7 @@ async def _event_batches(spools: list[tuple[str, Path]]) -> AsyncIterator[list[E
 
 async def import_session(
     store: Store,
-    blobs: BlobStore,
+    session_files: SessionFiles,
     source: IO[bytes],
     server: ServerSettings,
     memory: MemorySettings,
@@ -287,6 +289,7 @@ async def import_session(
     """Restore an archive as a new session (new ids). Its name is ``name``, else the archived one.
     Its memory entries become proposals of the new session, waiting for review."""
     session_id = new_session_id()
+    blobs = session_files.blobs
     try:
         read = await asyncio.to_thread(_read_archive, source, blobs, session_id, ImportLimits.of(server))
         try:
@@ -296,12 +299,15 @@ async def import_session(
             memories = _memories(read, turns, memory)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise BadArchive(f"the archive's manifest.json is malformed: {type(exc).__name__}: {exc}") from exc
+        await session_files.share(session_id, (sha for sha, _ in read.blobs.values()))
         restored = await store.restore_session(session, turns, _event_batches(spools), files, memories)
         for spool in read.events.values():
             spool.unlink(missing_ok=True)
         return restored
     except BaseException:
         blobs.remove_session(session_id)
+        if session_files.shared is not None:
+            await session_files.shared.remove_session(session_id)
         raise
 
 

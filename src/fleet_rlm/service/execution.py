@@ -35,7 +35,7 @@ from fleet_rlm.engine.turn import HistoryEntry, Turn, TurnOutcome, TurnRequest, 
 from fleet_rlm.protocol.events import Event, EventType, new_id
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.channel import TurnChannel
-from fleet_rlm.service.files import SessionFiles, refresh_workspace
+from fleet_rlm.service.files import UNREVIEWED_ORIGIN, SessionFiles, refresh_workspace
 from fleet_rlm.service.kernels import Kernel, KernelOpening, KernelRegistry
 from fleet_rlm.service.memory import MEMORY_FILE, MemoryBook
 from fleet_rlm.service.pool import Lease, SandboxPool
@@ -147,11 +147,15 @@ class TurnExecution:
             return self._stopped_outcome(), None
         opening: KernelOpening | None = None
         if self.kernels is not None:
-            self.lease, opening = await self.kernels.open(plan.session.id, self.turn_id)
+            finished = await self.store.history(plan.session.id, before_position=plan.turn.position)
+            # The runner of the last turn that ran (a turn cancelled before it started changed no kernel).
+            last_runner = next((t.runner for t in reversed(finished) if t.runner and t.started_at), None)
+            self.lease, opening = await self.kernels.open(plan.session.id, self.turn_id, last_runner)
             self.kernel = opening.kernel
         else:
             self.lease = await self.pool.acquire(plan.session.id, self.turn_id)
         records = await self.store.list_files(plan.session.id)
+        await self.files.fetch_records(plan.session.id, [r for r in records if r.origin != UNREVIEWED_ORIGIN])
         workspace = self.lease.workspace
         if self.kernel is not None:
             self.kernel.placed = await asyncio.to_thread(
@@ -203,6 +207,7 @@ class TurnExecution:
         changes = await asyncio.to_thread(
             self.files.collect_changes, plan.session.id, workspace, self.lease.files, placed
         )
+        await self.files.share(plan.session.id, (record.sha256 for record in changes.upserts))
         return outcome, changes
 
     async def _capture(self, request: TurnRequest, files: list[FileRecord]) -> None:

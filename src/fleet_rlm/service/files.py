@@ -8,20 +8,24 @@ writes under ``memory/``, which holds only the reviewed memory (:mod:`fleet_rlm.
 Files stored under ``memory/`` by turns before memory was reviewed stay session files, no longer
 given to turns.
 Bytes cross into and out of the workspace only through its backend's
-:class:`~fleet_rlm.sandbox.base.WorkspaceFiles` (push and pull).
+:class:`~fleet_rlm.sandbox.base.WorkspaceFiles` (push and pull). With a shared store
+(``worker.file_store = "database"``), bytes are shared (:meth:`SessionFiles.share`) before a row
+references them, and fetched (:meth:`SessionFiles.fetch`) by a process that does not hold them yet.
 """
 
 from __future__ import annotations
 
+import asyncio
 import mimetypes
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from fleet_rlm.sandbox.base import WorkspaceFiles
 from fleet_rlm.store import BlobStore, FileChanges, FileRecord, Invalid
+from fleet_rlm.store.shared_blobs import SharedBlobs
 from fleet_rlm.workspace.hashing import hash_workspace_file
 from fleet_rlm.workspace.kinds import FileKind, detect_kind
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, MEMORY, Workspace
@@ -75,6 +79,37 @@ def media_type_of(path: str, declared: str | None = None) -> str:
 @dataclass
 class SessionFiles:
     blobs: BlobStore
+    shared: SharedBlobs | None = None
+    """Where the bytes are kept for every machine; None: this data directory is the only store."""
+
+    async def share(self, session_id: str, digests: Iterable[str]) -> None:
+        """Put these blobs of this process's in the shared store: before a row references them."""
+        if self.shared is None:
+            return
+        for sha in dict.fromkeys(digests):
+            await self.shared.put(session_id, sha, self.blobs.path(session_id, sha))
+
+    async def fetch(self, session_id: str, digests: Iterable[str]) -> None:
+        """Bring the blobs this process does not hold from the shared store into its own, one chunk at
+        a time. A blob the shared store lacks too stays missing (its readers say so)."""
+        if self.shared is None:
+            return
+        for sha in dict.fromkeys(digests):
+            if await asyncio.to_thread(self.blobs.path(session_id, sha).is_file):
+                continue
+            scratch = await asyncio.to_thread(self.blobs.scratch_file, session_id)
+            try:
+                found = await self.shared.fetch(session_id, sha, scratch)
+            except BaseException:
+                scratch.unlink(missing_ok=True)
+                raise
+            if found:
+                await asyncio.to_thread(self.blobs.adopt, session_id, scratch)
+            else:
+                scratch.unlink(missing_ok=True)
+
+    async def fetch_records(self, session_id: str, records: Iterable[FileRecord]) -> None:
+        await self.fetch(session_id, (record.sha256 for record in records))
 
     def store_upload(self, session_id: str, rel: str, source: BinaryIO, limit: int, declared: str | None) -> FileRecord:
         """Stream an upload into the blob store; the record is for ``files/<rel>``."""

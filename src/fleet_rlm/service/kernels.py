@@ -54,6 +54,7 @@ STATE_FILE = "state.json"
 SNAPSHOT_FILE = "snapshot.pickle"
 EXCLUDED_NAMES = frozenset({"SUBMIT", "task", "workspace", "history", "dspy"})
 """Names every turn binds itself (its inputs, ``SUBMIT``); its tools are excluded by name too."""
+ELSEWHERE_WORDS = "the session's last turn ran in a worker on another machine, which keeps its kernel"
 REASON_WORDS = {
     "idle": "it was idle longer than the idle timeout",
     "lru": "the server keeps a limited number of kernels and this one was the least recently used",
@@ -192,11 +193,17 @@ class KernelRegistry:
 
     # A turn's kernel --------------------------------------------------------------------------
 
-    async def open(self, session_id: str, turn_id: str) -> tuple[Lease, KernelOpening]:
+    async def open(self, session_id: str, turn_id: str, last_runner: str | None = None) -> tuple[Lease, KernelOpening]:
         """The lease of a turn on its session's kernel: the live one, else a fresh one into which
-        the session's snapshot is restored. Waits while the last turn's snapshot is still written."""
+        the session's snapshot is restored. Waits while the last turn's snapshot is still written.
+
+        ``last_runner`` ran the session's last finished turn (the database says). When the kernel state
+        this data directory holds was not written by it, that turn ran on another machine: the state
+        here is stale (or there is none), so it is neither reused nor restored, and the model is told."""
+        local = self._read_state(session_id)
+        elsewhere = last_runner is not None and local.get("runner") != last_runner
         kernel = self.live.get(session_id)
-        if kernel is not None and self._read_state(session_id).get("runner") not in (None, self.pool.runner):
+        if kernel is not None and (elsewhere or local.get("runner") not in (None, self.pool.runner)):
             # Another worker ran a turn of the session since: this copy of its state is stale.
             await self._end(kernel, "server_restart", "the session's last turn ran in another worker process")
             kernel = None
@@ -222,7 +229,9 @@ class KernelRegistry:
         await kernel.lock.acquire()
         self.live[session_id] = kernel
         events: list[Payload] = []
-        state = self._read_state(session_id)
+        state = {} if elsewhere else self._read_state(session_id)
+        if elsewhere:
+            events.append(KernelEvicted(reason="server_restart", detail=ELSEWHERE_WORDS, at=None))
         ended = state.get("ended")
         known = state.get("variables") or []
         if known or state.get("snapshot"):
@@ -243,6 +252,8 @@ class KernelRegistry:
             )
             kernel.variables = [v for v in _infos(known) if v.name in set(restored.restored)]
         text = restored_text(kernel.variables, lost, _ending(ended)[1]) if known else ""
+        if elsewhere:
+            text = restored_text([], [], ELSEWHERE_WORDS)
         state["ended"] = None
         state["runner"] = self.pool.runner
         self._write_state(session_id, state)

@@ -43,6 +43,7 @@ from fleet_rlm.store import (
     TurnRecord,
 )
 from fleet_rlm.store.notify import Channel, Handler, Listener
+from fleet_rlm.store.shared_blobs import DatabaseBlobs
 from fleet_rlm.workspace.kinds import FileKind
 
 if TYPE_CHECKING:
@@ -86,7 +87,9 @@ class FleetService(TurnOperations):
         is off on PostgreSQL), or only queues them for workers (an API replica)."""
         self.store = Store(self.database)
         self.blobs = BlobStore(settings.data_dir / "sessions")
-        self.files = SessionFiles(self.blobs)
+        self.files = SessionFiles(
+            self.blobs, DatabaseBlobs(self.database) if settings.worker.file_store == "database" else None
+        )
         self.memory = MemoryBook(self.store, settings.memory)
         self.runner = new_runner_id()
         self._backend = backend
@@ -194,8 +197,13 @@ class FleetService(TurnOperations):
             if session_id not in known:
                 await asyncio.to_thread(self.blobs.remove_session, session_id)
             else:
-                keep = await self.store.referenced_blobs(session_id) | await self.store.replay_blobs(session_id)
+                keep = await self._kept_blobs(session_id)
                 await asyncio.to_thread(self.blobs.collect_garbage, session_id, keep)
+        if self.files.shared is not None:
+            await self.files.shared.collect_garbage(self._kept_blobs)
+
+    async def _kept_blobs(self, session_id: str) -> set[str]:
+        return await self.store.referenced_blobs(session_id) | await self.store.replay_blobs(session_id)
 
     async def stop(self, *, drain: float = 0.0) -> None:
         """Stop claiming turns; give running ones ``drain`` seconds to finish; stop the rest (they end
@@ -278,6 +286,8 @@ class FleetService(TurnOperations):
         if self._kernels is not None:
             await self._kernels.forget(record.id)
         await asyncio.to_thread(self.blobs.remove_session, record.id)
+        if self.files.shared is not None:
+            await self.files.shared.remove_session(record.id)
         return record
 
     # Kernels ----------------------------------------------------------------------------------
@@ -308,6 +318,7 @@ class FleetService(TurnOperations):
         limit = self.settings.server.upload_limit_mb * 1024 * 1024
         try:
             record = await asyncio.to_thread(self.files.store_upload, session.id, rel, source, limit, declared_type)
+            await self.files.share(session.id, [record.sha256])
             stored = await self.store.put_file(session.id, record)
         except (FileNotFoundError, NotFound, Conflict) as exc:
             raise await self._upload_cut_short(session_ref, session.id, exc) from exc
@@ -331,6 +342,7 @@ class FleetService(TurnOperations):
     async def list_files(self, session_ref: str) -> list[tuple[FileRecord, FileKind]]:
         session = await self.store.get_session(session_ref)
         records = await self.store.list_files(session.id)
+        await self.files.fetch_records(session.id, records)
         kinds = await asyncio.to_thread(lambda: [self.files.kind(session.id, r) for r in records])
         return list(zip(records, kinds, strict=True))
 
@@ -338,6 +350,7 @@ class FleetService(TurnOperations):
         path = stored_path(rel)
         session = await self.store.get_session(session_ref)
         record = await self.store.get_file(session.id, path)
+        await self.files.fetch_records(session.id, [record])
         blob = self.files.blob_path(session.id, record)
         if not await asyncio.to_thread(blob.is_file):  # the session is being deleted
             raise NotFound("file", path)
@@ -351,10 +364,10 @@ class FleetService(TurnOperations):
 
     async def export_session(self, ref: str, destination: IO[bytes]) -> SessionRecord:
         """Write the session's portable archive (history, events, files, artifacts, the memory its turns proposed)."""
-        return await archive.export_session(self.store, self.blobs, ref, destination)
+        return await archive.export_session(self.store, self.files, ref, destination)
 
     async def import_session(self, source: IO[bytes], *, name: str | None = None) -> SessionRecord:
         """Restore an archive as a new session under a new id; its memory entries wait for review again."""
         return await archive.import_session(
-            self.store, self.blobs, source, self.settings.server, self.settings.memory, name=name
+            self.store, self.files, source, self.settings.server, self.settings.memory, name=name
         )

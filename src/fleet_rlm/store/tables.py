@@ -1,7 +1,9 @@
 """The relational schema: sessions, turns, their append-only events, session files, memory, and the
 evaluation data (replay snapshots of turns, labels).
 
-File bytes live on disk (see :mod:`fleet_rlm.store.blobs`); rows hold their metadata. Timestamps
+File bytes live on disk (see :mod:`fleet_rlm.store.blobs`), and with ``worker.file_store = "database"``
+in the database as well (``blob_chunks``, see :mod:`fleet_rlm.store.shared_blobs`); rows hold their
+metadata. Timestamps
 are timezone-aware UTC on every backend. Changing a table means adding an Alembic revision under
 ``migrations/versions`` (a test compares the migrated schema with this module).
 """
@@ -21,6 +23,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -200,6 +203,20 @@ class MemoryRow(Base):
     turn_id: Mapped[str | None] = mapped_column(ForeignKey("turns.id", ondelete="SET NULL"))
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
     reviewed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+
+
+class BlobChunkRow(Base):
+    """One chunk of a session's file bytes shared through the database (``worker.file_store =
+    "database"``): a blob's chunks are written in one transaction, ``seq`` 0 first (an empty blob has
+    one empty chunk). Not tied to the sessions table: an import stores its bytes before its session."""
+
+    __tablename__ = "blob_chunks"
+
+    session_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class ReplayRow(Base):

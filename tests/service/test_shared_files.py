@@ -1,0 +1,176 @@
+"""Session files across machines (``worker.file_store = "database"``): an API replica and a worker
+with data directories of their own share one PostgreSQL database, and nothing else. Each service here
+stands for a process on its own machine."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import tarfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select, update
+
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.store import Database
+from fleet_rlm.store.shared_blobs import BlobMismatch
+from fleet_rlm.store.tables import BlobChunkRow
+from fleet_rlm.testing.settings import scripted_settings
+from tests.store.databases import PostgresDatabases
+
+from .test_queue import Processes
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+SALES = b"region,revenue\nnorth,7811\nsouth,6813\n"
+TOTAL = "import csv\nrows = list(csv.DictReader(open('files/sales.csv')))\n"
+
+
+class Machines(Processes):
+    """Every service started gets a data directory of its own: a machine of its own."""
+
+    def __init__(self, model_server: ScriptedModelServer, root: Path, url: str) -> None:
+        super().__init__(model_server, root / "unused", url)
+        self.model_server, self.root, self.url = model_server, root, url
+
+    def _machine(self, name: str, *, runs_turns: bool | None = None) -> FleetService:
+        settings = scripted_settings(
+            self.model_server,
+            self.root / name,
+            database_url=self.url,
+            sandbox_pool_size=0,
+            worker_in_server=False,
+            worker_lease_seconds=3,
+            worker_file_store="database",
+        )
+        return FleetService(settings, database=Database(self.url), runs_turns=runs_turns)
+
+    async def api_on(self, name: str) -> FleetService:
+        return await self._start(self._machine(name))
+
+    async def worker_on(self, name: str) -> FleetService:
+        return await self._start(self._machine(name, runs_turns=True))
+
+
+@pytest.fixture
+async def machines(
+    model_server: ScriptedModelServer, tmp_path: Path, postgres_databases: PostgresDatabases
+) -> AsyncIterator[Machines]:
+    url = await asyncio.to_thread(postgres_databases.new_url)
+    running = Machines(model_server, tmp_path, url)
+    yield running
+    await running.stop()
+    await asyncio.to_thread(postgres_databases.drop, url)
+
+
+def blobs_on(service: FleetService, session_id: str) -> set[str]:
+    folder = service.blobs.session_dir(session_id) / "blobs"
+    return {entry.name for entry in folder.iterdir()} if folder.is_dir() else set()
+
+
+async def test_a_file_uploaded_on_one_machine_is_read_by_a_turn_on_another_and_its_artifact_comes_back(
+    machines: Machines, model_server: ScriptedModelServer
+) -> None:
+    api = await machines.api_on("api")
+    worker = await machines.worker_on("worker")
+    session = await api.create_session(name="s")
+    uploaded, _ = await api.upload_file("s", "sales.csv", io.BytesIO(SALES))
+    assert blobs_on(worker, session.id) == set()
+
+    code = (
+        TOTAL + "total = sum(int(r['revenue']) for r in rows)\n"
+        "open('artifacts/total.txt', 'w').write(str(total))\nSUBMIT(answer=str(total))"
+    )
+    model_server.script("root", rlm_step("Add the revenue.", code))
+    turn, _ = await api.submit_turn("s", TurnSubmission(message="total revenue"))
+    done = await api.wait_for_turn(turn.id)
+    assert (done.status, done.answer, done.runner) == ("completed", "14624", worker.runner)
+    assert uploaded.sha256 in blobs_on(worker, session.id)
+
+    record, path = await api.file_for_download("s", "artifacts/total.txt")
+    assert path.read_bytes() == b"14624"
+    assert record.sha256 == hashlib.sha256(b"14624").hexdigest()
+    listed = {record.path: kind for record, kind in await api.list_files("s")}
+    assert set(listed) == {"files/sales.csv", "artifacts/total.txt"}
+
+    elsewhere = await machines.api_on("third")
+    archive = io.BytesIO()
+    await elsewhere.export_session("s", archive)
+    archive.seek(0)
+    with tarfile.open(fileobj=archive) as tar:
+        members = {m.name for m in tar.getmembers()}
+    assert {f"blobs/{uploaded.sha256}", f"blobs/{record.sha256}"} <= members
+
+
+async def test_an_archive_imported_on_one_machine_is_usable_on_another(machines: Machines) -> None:
+    api = await machines.api_on("api")
+    await api.create_session(name="s")
+    await api.upload_file("s", "sales.csv", io.BytesIO(SALES))
+    archive = io.BytesIO()
+    await api.export_session("s", archive)
+    archive.seek(0)
+    await api.import_session(archive, name="copy")
+
+    other = await machines.api_on("other")
+    _, path = await other.file_for_download("copy", "files/sales.csv")
+    assert path.read_bytes() == SALES
+    assert path.is_relative_to(other.settings.data_dir)
+
+
+async def test_deleting_a_session_drops_its_shared_bytes(machines: Machines) -> None:
+    api = await machines.api_on("api")
+    await api.create_session(name="s")
+    await api.upload_file("s", "sales.csv", io.BytesIO(SALES))
+    await api.delete_session("s")
+    async with api.database.read() as session:
+        assert await session.scalar(select(func.count()).select_from(BlobChunkRow)) == 0
+
+
+async def test_shared_bytes_altered_in_the_database_are_refused_and_never_served(machines: Machines) -> None:
+    api = await machines.api_on("api")
+    session = await api.create_session(name="s")
+    uploaded, _ = await api.upload_file("s", "sales.csv", io.BytesIO(SALES))
+    async with api.database.write() as db:
+        await db.execute(update(BlobChunkRow).values(data=b"region,revenue\nnorth,99999\n"))
+
+    other = await machines.api_on("other")
+    with pytest.raises(BlobMismatch):
+        await other.file_for_download("s", "files/sales.csv")
+    assert blobs_on(other, session.id) == set()
+    staging = other.blobs.session_dir(session.id) / "staging"
+    assert not staging.is_dir() or list(staging.iterdir()) == []
+    _, original = await api.file_for_download("s", "files/sales.csv")
+    assert original.read_bytes() == SALES and uploaded.size == len(SALES)
+
+
+async def test_a_kernel_is_never_reused_or_restored_stale_after_a_turn_on_another_machine(
+    machines: Machines, model_server: ScriptedModelServer
+) -> None:
+    """x is 1 in machine A's kernel snapshot, then 5 after a turn on machine B. A's next worker must
+    not bring back x = 1; both fresh kernels say why the earlier state is gone."""
+    api = await machines.api_on("api")
+    await api.create_session(name="s")
+    report = "SUBMIT(answer=str(globals().get('x')))"
+
+    async def turn_on(machine: str, task: str, code: str) -> tuple[str | None, list[str]]:
+        worker = await machines.worker_on(machine)
+        model_server.script_for_task("root", task, rlm_step("Go.", code))
+        turn, _ = await api.submit_turn("s", TurnSubmission(message=task))
+        done = await api.wait_for_turn(turn.id)
+        assert done.runner == worker.runner
+        evicted = [str(e.data["detail"]) async for e in await api.events(turn.id) if e.type.value == "kernel.evicted"]
+        await worker.stop()
+        machines.started.remove(worker)
+        return done.answer, evicted
+
+    assert await turn_on("a", "set one", "x = 1\n" + report) == ("1", [])
+    answer, evicted = await turn_on("b", "set five", "seen = str(globals().get('x'))\nx = 5\nSUBMIT(answer=seen)")
+    assert answer == "None" and evicted and "another machine" in evicted[0]
+    answer, evicted = await turn_on("a", "read", report)
+    assert answer == "None", "machine A brought back its stale x"
+    assert evicted and "another machine" in evicted[0]

@@ -1,0 +1,126 @@
+"""Session file bytes shared through the database, on SQLite and PostgreSQL: chunked both ways, never
+whole in memory, checked against their digest when fetched, collected when nothing references them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select, update
+
+from fleet_rlm.store import Store
+from fleet_rlm.store.shared_blobs import GRACE, BlobMismatch, DatabaseBlobs
+from fleet_rlm.store.tables import BlobChunkRow, utcnow
+
+pytestmark = pytest.mark.anyio
+
+
+def written(tmp_path: Path, name: str, data: bytes) -> tuple[Path, str]:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path, hashlib.sha256(data).hexdigest()
+
+
+async def chunk_count(store: Store, sha256: str | None = None) -> int:
+    query = select(func.count()).select_from(BlobChunkRow)
+    if sha256 is not None:
+        query = query.where(BlobChunkRow.sha256 == sha256)
+    async with store.db.read() as session:
+        return int(await session.scalar(query) or 0)
+
+
+async def test_a_blob_goes_in_chunks_and_comes_back_whole_on_another_machine(store: Store, tmp_path: Path) -> None:
+    shared = DatabaseBlobs(store.db, chunk_size=1000)
+    data = os.urandom(3500)
+    source, sha = written(tmp_path, "source", data)
+    await shared.put("ses_1", sha, source)
+    await shared.put("ses_1", sha, source)  # already shared: nothing more is written
+    assert await chunk_count(store, sha) == 4
+
+    elsewhere = tmp_path / "other-machine"
+    assert await shared.fetch("ses_1", sha, elsewhere) is True
+    assert elsewhere.read_bytes() == data
+
+    empty, empty_sha = written(tmp_path, "empty", b"")
+    await shared.put("ses_1", empty_sha, empty)
+    assert await shared.fetch("ses_1", empty_sha, tmp_path / "empty-back") is True
+    assert (tmp_path / "empty-back").read_bytes() == b""
+
+
+async def test_a_blob_not_shared_is_reported_missing_and_a_session_sees_only_its_own(
+    store: Store, tmp_path: Path
+) -> None:
+    shared = DatabaseBlobs(store.db)
+    source, sha = written(tmp_path, "source", b"a,b\n1,2\n")
+    await shared.put("ses_1", sha, source)
+    assert await shared.fetch("ses_2", sha, tmp_path / "other") is False
+    assert await shared.fetch("ses_1", "0" * 64, tmp_path / "unknown") is False
+    with pytest.raises(ValueError, match="not a sha256 digest"):
+        await shared.fetch("ses_1", "../../etc/passwd", tmp_path / "escape")
+
+
+async def test_altered_shared_bytes_are_refused_not_served(store: Store, tmp_path: Path) -> None:
+    shared = DatabaseBlobs(store.db, chunk_size=4)
+    source, sha = written(tmp_path, "source", b"north,7811\n")
+    await shared.put("ses_1", sha, source)
+    async with store.db.write() as session:
+        await session.execute(update(BlobChunkRow).where(BlobChunkRow.seq == 1).values(data=b"9999"))
+    with pytest.raises(BlobMismatch, match="do not match"):
+        await shared.fetch("ses_1", sha, tmp_path / "fetched")
+
+
+async def test_a_large_blob_never_sits_whole_in_memory(store: Store, tmp_path: Path) -> None:
+    size = 24 * 1024 * 1024
+    source = tmp_path / "large"
+    digest = hashlib.sha256()
+    with source.open("wb") as out:
+        for _ in range(size // (1024 * 1024)):
+            block = os.urandom(1024 * 1024)
+            digest.update(block)
+            out.write(block)
+    sha = digest.hexdigest()
+    shared = DatabaseBlobs(store.db)
+
+    tracemalloc.start()
+    try:
+        await shared.put("ses_1", sha, source)
+        _, put_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        assert await shared.fetch("ses_1", sha, tmp_path / "fetched")
+        _, fetch_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (tmp_path / "fetched").stat().st_size == size
+    assert put_peak < size / 3, f"put held {put_peak} bytes at once"
+    assert fetch_peak < size / 3, f"fetch held {fetch_peak} bytes at once"
+
+
+async def test_garbage_collection_drops_only_old_bytes_nothing_references(store: Store, tmp_path: Path) -> None:
+    shared = DatabaseBlobs(store.db)
+    kept_path, kept = written(tmp_path, "kept", b"referenced")
+    old_path, old = written(tmp_path, "old", b"no longer referenced")
+    young_path, young = written(tmp_path, "young", b"just shared, its row not yet written")
+    gone_path, gone = written(tmp_path, "gone", b"of a deleted session")
+    for session_id, sha, path in (
+        ("ses_1", kept, kept_path),
+        ("ses_1", old, old_path),
+        ("ses_1", young, young_path),
+        ("ses_gone", gone, gone_path),
+    ):
+        await shared.put(session_id, sha, path)
+    long_ago = utcnow() - GRACE - dt.timedelta(minutes=1)
+    async with store.db.write() as session:
+        await session.execute(update(BlobChunkRow).where(BlobChunkRow.sha256 != young).values(created_at=long_ago))
+
+    async def referenced(session_id: str) -> set[str]:
+        return {kept} if session_id == "ses_1" else set()
+
+    assert await shared.collect_garbage(referenced) == 2
+    assert [await chunk_count(store, sha) for sha in (kept, old, young, gone)] == [1, 0, 1, 0]
+
+    await shared.remove_session("ses_1")
+    assert await chunk_count(store) == 0
