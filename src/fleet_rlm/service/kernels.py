@@ -54,7 +54,7 @@ STATE_FILE = "state.json"
 SNAPSHOT_FILE = "snapshot.pickle"
 EXCLUDED_NAMES = frozenset({"SUBMIT", "task", "workspace", "history", "dspy"})
 """Names every turn binds itself (its inputs, ``SUBMIT``); its tools are excluded by name too."""
-ELSEWHERE_WORDS = "the session's last turn ran in a worker on another machine, which keeps its kernel"
+ELSEWHERE_WORDS = "the session's last turn ran in another worker process (on another machine), which kept its kernel"
 REASON_WORDS = {
     "idle": "it was idle longer than the idle timeout",
     "lru": "the server keeps a limited number of kernels and this one was the least recently used",
@@ -197,13 +197,13 @@ class KernelRegistry:
         """The lease of a turn on its session's kernel: the live one, else a fresh one into which
         the session's snapshot is restored. Waits while the last turn's snapshot is still written.
 
-        ``last_runner`` ran the session's last finished turn (the database says). When the kernel state
-        this data directory holds was not written by it, that turn ran on another machine: the state
-        here is stale (or there is none), so it is neither reused nor restored, and the model is told."""
-        local = self._read_state(session_id)
-        elsewhere = last_runner is not None and local.get("runner") != last_runner
+        ``last_runner`` ran the session's last turn (the database says). When that is another process,
+        a live kernel here is older than that turn and is ended; and when the kernel state this data
+        directory holds was not written by that process (it ran on another machine), the state here is
+        stale or absent: it is not restored, and the model is told."""
+        moved = last_runner is not None and last_runner != self.pool.runner
         kernel = self.live.get(session_id)
-        if kernel is not None and (elsewhere or local.get("runner") not in (None, self.pool.runner)):
+        if kernel is not None and (moved or self._read_state(session_id).get("runner") not in (None, self.pool.runner)):
             # Another worker ran a turn of the session since: this copy of its state is stale.
             await self._end(kernel, "server_restart", "the session's last turn ran in another worker process")
             kernel = None
@@ -229,8 +229,10 @@ class KernelRegistry:
         await kernel.lock.acquire()
         self.live[session_id] = kernel
         events: list[Payload] = []
-        state = {} if elsewhere else self._read_state(session_id)
+        state = self._read_state(session_id)
+        elsewhere = moved and state.get("runner") != last_runner
         if elsewhere:
+            state = {}
             events.append(KernelEvicted(reason="server_restart", detail=ELSEWHERE_WORDS, at=None))
         ended = state.get("ended")
         known = state.get("variables") or []

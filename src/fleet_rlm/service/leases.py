@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection
 
-from fleet_rlm.service.failures import FailureLog
+from fleet_rlm.logs import FailureLog
 from fleet_rlm.store import Store, TurnRecord
 from fleet_rlm.store.tables import utcnow
 

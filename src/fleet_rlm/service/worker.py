@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from fleet_rlm.service.failures import FailureLog
+from fleet_rlm.logs import FailureLog
 from fleet_rlm.store import Store, TurnRecord
 
 log = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from fleet_rlm.logs import FailureLog
 from fleet_rlm.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -66,13 +67,15 @@ class Listener:
 
     async def _run(self) -> None:
         first = True
+        connecting = FailureLog(log, "connecting to listen for notifications")
         while True:
             try:
                 connection = await asyncpg.connect(self._dsn, timeout=10)
-            except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-                log.warning("cannot listen for notifications (%s); retrying", exc)
+            except (OSError, asyncpg.PostgresError, TimeoutError):
+                connecting.failed()
                 await asyncio.sleep(RECONNECT_SECONDS)
                 continue
+            connecting.succeeded()
             lost = asyncio.Event()
             connection.add_termination_listener(lambda _connection, lost=lost: lost.set())
             try:

@@ -1,0 +1,43 @@
+"""A background step that keeps failing logs its traceback once, a line each quiet period while it goes
+on failing, and a line when it works again."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from fleet_rlm.logs import FailureLog
+
+
+def fail(log: FailureLog, message: str) -> None:
+    try:
+        raise ConnectionRefusedError(message)
+    except ConnectionRefusedError:
+        log.failed()
+
+
+def test_a_step_failing_again_and_again_logs_a_traceback_once_then_a_line_each_quiet_period(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = FailureLog(logging.getLogger("fleet_rlm.test"), "claiming queued turns", quiet_seconds=0.2)
+    caplog.set_level(logging.INFO, logger="fleet_rlm.test")
+    for _ in range(5):
+        fail(log, "the database is down")
+    assert [(r.levelname, r.exc_info is not None) for r in caplog.records] == [("ERROR", True)]
+
+    time.sleep(0.25)
+    fail(log, "the database is still down")
+    fail(log, "the database is still down")
+    still = caplog.records[1:]
+    assert len(still) == 1 and still[0].exc_info is None
+    assert still[0].getMessage().startswith("claiming queued turns still failing after 0 s: ")
+    assert "the database is still down" in still[0].getMessage()
+
+    log.succeeded()
+    log.succeeded()
+    assert [r.getMessage() for r in caplog.records[2:]] == ["claiming queued turns works again after failing for 0 s"]
+
+    fail(log, "down again")
+    assert caplog.records[-1].exc_info is not None, "a new spell of failures logs its traceback again"
