@@ -6,14 +6,16 @@ carry nothing but a wake-up."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import asyncpg
 import pytest
@@ -61,15 +63,27 @@ class Processes:
             await service.stop()
 
 
+P = TypeVar("P", bound=Processes)
+
+
+@contextlib.asynccontextmanager
+async def on_a_new_database(postgres_databases: PostgresDatabases, make: Callable[[str], P]) -> AsyncIterator[P]:
+    """``make(url)`` on a fresh PostgreSQL database, its services stopped and the database dropped after."""
+    url = await asyncio.to_thread(postgres_databases.new_url)
+    running = make(url)
+    try:
+        yield running
+    finally:
+        await running.stop()
+        await asyncio.to_thread(postgres_databases.drop, url)
+
+
 @pytest.fixture
 async def processes(
     model_server: ScriptedModelServer, home: Path, postgres_databases: PostgresDatabases
 ) -> AsyncIterator[Processes]:
-    url = await asyncio.to_thread(postgres_databases.new_url)
-    running = Processes(model_server, home, url)
-    yield running
-    await running.stop()
-    await asyncio.to_thread(postgres_databases.drop, url)
+    async with on_a_new_database(postgres_databases, lambda url: Processes(model_server, home, url)) as running:
+        yield running
 
 
 async def test_an_api_process_queues_the_turn_and_a_worker_runs_it_while_the_api_streams_it_live(

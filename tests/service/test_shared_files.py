@@ -4,7 +4,6 @@ stands for a process on its own machine."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import io
 import tarfile
@@ -23,7 +22,7 @@ from fleet_rlm.store.tables import BlobChunkRow
 from fleet_rlm.testing.settings import scripted_settings
 from tests.store.databases import PostgresDatabases
 
-from .test_queue import Processes
+from .test_queue import Processes, on_a_new_database
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -61,11 +60,8 @@ class Machines(Processes):
 async def machines(
     model_server: ScriptedModelServer, tmp_path: Path, postgres_databases: PostgresDatabases
 ) -> AsyncIterator[Machines]:
-    url = await asyncio.to_thread(postgres_databases.new_url)
-    running = Machines(model_server, tmp_path, url)
-    yield running
-    await running.stop()
-    await asyncio.to_thread(postgres_databases.drop, url)
+    async with on_a_new_database(postgres_databases, lambda url: Machines(model_server, tmp_path, url)) as running:
+        yield running
 
 
 def blobs_on(service: FleetService, session_id: str) -> set[str]:
