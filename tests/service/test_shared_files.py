@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
+from fleet_rlm.config import ConfigError
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
@@ -170,3 +171,32 @@ async def test_a_kernel_is_never_reused_or_restored_stale_after_a_turn_on_anothe
     answer, evicted = await turn_on("a", "read", report)
     assert answer == "None", "machine A brought back its stale x"
     assert evicted and "another machine" in evicted[0]
+
+
+async def test_files_stored_before_the_switch_to_the_database_are_shared_at_start_up(
+    machines: Machines, model_server: ScriptedModelServer
+) -> None:
+    local = scripted_settings(
+        model_server, machines.root / "api", database_url=machines.url, sandbox_pool_size=0, worker_in_server=False
+    )
+    before = FleetService(local, database=Database(machines.url))
+    await before.start()
+    await before.create_session(name="s")
+    await before.upload_file("s", "sales.csv", io.BytesIO(SALES))
+    await before.stop()
+
+    await machines.worker_on("api")  # the same data directory, now with worker.file_store = "database"
+    other = await machines.api_on("other")
+    _, path = await other.file_for_download("s", "files/sales.csv")
+    assert path.read_bytes() == SALES
+
+
+async def test_the_database_file_store_is_refused_on_sqlite(model_server: ScriptedModelServer, tmp_path: Path) -> None:
+    settings = scripted_settings(
+        model_server,
+        tmp_path,
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}",
+        worker_file_store="database",
+    )
+    with pytest.raises(ConfigError, match="through PostgreSQL"):
+        FleetService(settings)

@@ -10,7 +10,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
 from fleet_rlm.store import Store
 from fleet_rlm.store.shared_blobs import GRACE, BlobMismatch, DatabaseBlobs
@@ -124,3 +124,37 @@ async def test_garbage_collection_drops_only_old_bytes_nothing_references(store:
 
     await shared.remove_session("ses_1")
     assert await chunk_count(store) == 0
+
+
+async def test_bytes_shared_again_while_a_collection_runs_are_kept(store: Store, tmp_path: Path) -> None:
+    """A collection lists old unreferenced bytes; before it deletes them, an upload of the same content
+    shares them again (its row not yet written): they stay."""
+    shared = DatabaseBlobs(store.db)
+    path, sha = written(tmp_path, "again", b"uploaded, deleted, uploaded again")
+    await shared.put("ses_1", sha, path)
+    long_ago = utcnow() - GRACE - dt.timedelta(minutes=1)
+    async with store.db.write() as session:
+        await session.execute(update(BlobChunkRow).values(created_at=long_ago))
+
+    async def referenced(session_id: str) -> set[str]:
+        await shared.put(session_id, sha, path)  # the upload, between the listing and the deletion
+        return set()
+
+    assert await shared.collect_garbage(referenced) == 0
+    assert await shared.fetch("ses_1", sha, tmp_path / "fetched") is True
+
+
+async def test_bytes_deleted_while_they_are_fetched_are_reported_missing_not_damaged(
+    store: Store, tmp_path: Path
+) -> None:
+    path, sha = written(tmp_path, "source", b"north,7811\nsouth,6813\n")
+    await DatabaseBlobs(store.db, chunk_size=4).put("ses_1", sha, path)
+    async with store.db.write() as session:  # the deletion has taken the later chunks already ...
+        await session.execute(delete(BlobChunkRow).where(BlobChunkRow.seq >= 2))
+
+    class DeletedMeanwhile(DatabaseBlobs):
+        async def _shared(self, session_id: str, sha256: str) -> bool:
+            await self.remove_session(session_id)  # ... and the rest by the time the fetch looks again
+            return await super()._shared(session_id, sha256)
+
+    assert await DeletedMeanwhile(store.db, chunk_size=4).fetch("ses_1", sha, tmp_path / "fetched") is False

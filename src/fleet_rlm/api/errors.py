@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleet_rlm.store import Conflict, Invalid, NotFound, StoreError, TooLarge
+from fleet_rlm.store.shared_blobs import BlobMismatch
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,20 @@ def _too_large(request: Request, exc: Exception) -> JSONResponse:
     return error_response(413, "upload_too_large", f"the upload is {exc}", path=request.url.path)
 
 
+FILE_DAMAGED: Responses = {
+    500: {
+        "model": ErrorBody,
+        "description": "file_damaged: a session file's bytes shared through the database do not match their "
+        "sha256 (worker.file_store = database); nothing is served",
+    }
+}
+
+
+def _damaged(request: Request, exc: Exception) -> JSONResponse:
+    log.error("%s %s: %s", request.method, request.url.path, exc)
+    return error_response(500, "file_damaged", f"{exc}; the file is not served", path=request.url.path)
+
+
 def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     message = "the server failed to handle the request; see its log"
@@ -154,4 +169,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(TooLarge, _too_large)
+    app.add_exception_handler(BlobMismatch, _damaged)
     app.add_exception_handler(Exception, _unexpected)

@@ -36,7 +36,7 @@ from fleet_rlm.protocol.events import Event, EventType, new_id
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.channel import TurnChannel
 from fleet_rlm.service.files import UNREVIEWED_ORIGIN, SessionFiles, refresh_workspace
-from fleet_rlm.service.kernels import Kernel, KernelOpening, KernelRegistry
+from fleet_rlm.service.kernels import Kernel, KernelOpening, KernelRegistry, TurnRuns
 from fleet_rlm.service.memory import MEMORY_FILE, MemoryBook
 from fleet_rlm.service.pool import Lease, SandboxPool
 from fleet_rlm.service.programs import served_program
@@ -148,9 +148,8 @@ class TurnExecution:
         opening: KernelOpening | None = None
         if self.kernels is not None:
             finished = await self.store.history(plan.session.id, before_position=plan.turn.position)
-            # The runner of the last turn that ran (a turn cancelled before it started changed no kernel).
-            last_runner = next((t.runner for t in reversed(finished) if t.runner and t.started_at), None)
-            self.lease, opening = await self.kernels.open(plan.session.id, self.turn_id, last_runner)
+            runs = TurnRuns(plan.turn.position, tuple((t.position, t.runner) for t in finished if t.runner))
+            self.lease, opening = await self.kernels.open(plan.session.id, self.turn_id, runs)
             self.kernel = opening.kernel
         else:
             self.lease = await self.pool.acquire(plan.session.id, self.turn_id)

@@ -54,7 +54,10 @@ STATE_FILE = "state.json"
 SNAPSHOT_FILE = "snapshot.pickle"
 EXCLUDED_NAMES = frozenset({"SUBMIT", "task", "workspace", "history", "dspy"})
 """Names every turn binds itself (its inputs, ``SUBMIT``); its tools are excluded by name too."""
-ELSEWHERE_WORDS = "the session's last turn ran in another worker process (on another machine), which kept its kernel"
+ELSEWHERE_WORDS = (
+    "the session's last turns ran in another worker process (on another machine, or before a restart), "
+    "whose kernel state is not here"
+)
 REASON_WORDS = {
     "idle": "it was idle longer than the idle timeout",
     "lru": "the server keeps a limited number of kernels and this one was the least recently used",
@@ -62,6 +65,23 @@ REASON_WORDS = {
     "server_restart": "the server restarted",
     "died": "its worker ended (a cancel, a crash or a limit)",
 }
+
+
+@dataclass(frozen=True)
+class TurnRuns:
+    """Where a session's turns ran, from the database: this turn's position, and the (position,
+    runner) of each finished turn a runner claimed. A kernel, or kernel state, is out of date when a
+    turn after the one it last served ran in another runner (a worker on another machine, or one
+    sharing this data directory)."""
+
+    position: int
+    earlier: tuple[tuple[int, str], ...] = ()
+
+    def ran_elsewhere_after(self, position: int, runner: str | None) -> bool:
+        return any(p > position and r != runner for p, r in self.earlier)
+
+    def ran_elsewhere(self, me: str) -> bool:
+        return any(r != me for _, r in self.earlier)
 
 
 @dataclass
@@ -80,6 +100,8 @@ class Kernel:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by a turn on the kernel and then by its snapshot."""
     turn_running: bool = False
+    position: int | None = None
+    """The position of the last turn that ran on it."""
 
     @property
     def busy(self) -> bool:
@@ -193,25 +215,27 @@ class KernelRegistry:
 
     # A turn's kernel --------------------------------------------------------------------------
 
-    async def open(self, session_id: str, turn_id: str, last_runner: str | None = None) -> tuple[Lease, KernelOpening]:
+    async def open(self, session_id: str, turn_id: str, runs: TurnRuns | None = None) -> tuple[Lease, KernelOpening]:
         """The lease of a turn on its session's kernel: the live one, else a fresh one into which
         the session's snapshot is restored. Waits while the last turn's snapshot is still written.
 
-        ``last_runner`` ran the session's last turn (the database says). When that is another process,
-        a live kernel here is older than that turn and is ended; and when the kernel state this data
-        directory holds was not written by that process (it ran on another machine), the state here is
-        stale or absent: it is not restored, and the model is told."""
-        moved = last_runner is not None and last_runner != self.pool.runner
+        With ``runs`` (where the session's turns ran), a live kernel or a snapshot older than a turn
+        that ran in another runner is neither reused nor restored, and the model is told."""
         kernel = self.live.get(session_id)
-        if kernel is not None and (moved or self._read_state(session_id).get("runner") not in (None, self.pool.runner)):
-            # Another worker ran a turn of the session since: this copy of its state is stale.
-            await self._end(kernel, "server_restart", "the session's last turn ran in another worker process")
+        if kernel is not None and self._stale(kernel, runs):
+            async with kernel.lock:  # its last turn's snapshot is written first
+                if self.live.get(session_id) is kernel:
+                    await self._end(
+                        kernel, "server_restart", "a later turn of the session ran in another worker process"
+                    )
             kernel = None
         if kernel is not None:
             await kernel.lock.acquire()
             if self.live.get(session_id) is kernel and kernel.started.sandbox.usable:
                 kernel.idle_since = None
                 kernel.turn_running = True
+                if runs is not None:
+                    kernel.position = runs.position
                 self.live.move_to_end(session_id)
                 lease = self.pool.lease_on(session_id, turn_id, kernel.sandbox_id, kernel.workspace, kernel.started)
                 return lease, KernelOpening(kernel, [], live_text(kernel.variables))
@@ -230,7 +254,7 @@ class KernelRegistry:
         self.live[session_id] = kernel
         events: list[Payload] = []
         state = self._read_state(session_id)
-        elsewhere = moved and state.get("runner") != last_runner
+        elsewhere = self._state_out_of_date(state, runs)
         if elsewhere:
             state = {}
             events.append(KernelEvicted(reason="server_restart", detail=ELSEWHERE_WORDS, at=None))
@@ -258,8 +282,27 @@ class KernelRegistry:
             text = restored_text([], [], ELSEWHERE_WORDS)
         state["ended"] = None
         state["runner"] = self.pool.runner
+        if runs is not None:
+            state["position"] = kernel.position = runs.position
         self._write_state(session_id, state)
         return lease, KernelOpening(kernel, events, text)
+
+    def _stale(self, kernel: Kernel, runs: TurnRuns | None) -> bool:
+        """A live kernel here is out of date: a later turn ran in another runner."""
+        if runs is not None and kernel.position is not None:
+            return runs.ran_elsewhere_after(kernel.position, self.pool.runner)
+        return self._read_state(kernel.session_id).get("runner") not in (None, self.pool.runner)
+
+    def _state_out_of_date(self, state: dict[str, Any], runs: TurnRuns | None) -> bool:
+        """The kernel state this data directory holds is older than a turn that ran in another runner;
+        or there is none here and earlier turns ran in another process (nothing to restore, but the
+        model is told)."""
+        if runs is None:
+            return False
+        position, runner = state.get("position"), state.get("runner")
+        if isinstance(position, int):
+            return runs.ran_elsewhere_after(position, runner if isinstance(runner, str) else None)
+        return runner is None and runs.ran_elsewhere(self.pool.runner)
 
     def _restore(self, lease: Lease, kernel: Kernel, saved: list[str]) -> KernelReport:
         source = self._snapshot_path(kernel.session_id)
@@ -306,6 +349,8 @@ class KernelRegistry:
         state["modules"] = found.modules
         state["ended"] = None
         state["runner"] = self.pool.runner
+        if kernel.position is not None:
+            state["position"] = kernel.position
         if budget:
             state["snapshot"] = self._take_snapshot(kernel, lease, found, budget)
         self._write_state(kernel.session_id, state)

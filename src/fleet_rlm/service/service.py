@@ -87,9 +87,13 @@ class FleetService(TurnOperations):
         is off on PostgreSQL), or only queues them for workers (an API replica)."""
         self.store = Store(self.database)
         self.blobs = BlobStore(settings.data_dir / "sessions")
-        self.files = SessionFiles(
-            self.blobs, DatabaseBlobs(self.database) if settings.worker.file_store == "database" else None
-        )
+        shared = settings.worker.file_store == "database"
+        if shared and self.database.is_sqlite:
+            raise ConfigError(
+                'worker.file_store = "database" shares session files between machines through PostgreSQL; '
+                "on SQLite (one machine) keep it local (FLEET_WORKER_FILE_STORE=local)"
+            )
+        self.files = SessionFiles(self.blobs, DatabaseBlobs(self.database) if shared else None)
         self.memory = MemoryBook(self.store, settings.memory)
         self.runner = new_runner_id()
         self._backend = backend
@@ -147,9 +151,10 @@ class FleetService(TurnOperations):
             log.warning("turn %s of session %s was left %s: now interrupted", turn.id, turn.session_id, "running")
         if not run_turns:
             return
+        if self.runs_turns or self.files.shared is not None:  # a replica's own data directory is a cache
+            await self._collect_garbage()
         if self.runs_turns:
             self.reaped_at_start = self.pool.reap(lambda runner: is_dead(runner, self.runner))
-            await self._collect_garbage()
             await self._prepare_backend()
             self.pool.start()
             self.kernels.start()
@@ -199,6 +204,8 @@ class FleetService(TurnOperations):
             else:
                 keep = await self._kept_blobs(session_id)
                 await asyncio.to_thread(self.blobs.collect_garbage, session_id, keep)
+                # Bytes stored here before worker.file_store was "database" are shared now.
+                await self.files.share(session_id, [sha for sha in keep if self.blobs.path(session_id, sha).is_file()])
         if self.files.shared is not None:
             await self.files.shared.collect_garbage(self._kept_blobs)
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from sqlalchemy import delete, exists, insert, select
+from sqlalchemy import delete, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from fleet_rlm.store.blobs import CHUNK
@@ -72,7 +72,7 @@ class DatabaseBlobs(SharedBlobs):
 
     async def put(self, session_id: str, sha256: str, source: Path) -> None:
         _checked(sha256)
-        if await self._shared(session_id, sha256):
+        if await self._touch(session_id, sha256):
             return
         try:
             async with self.database.write() as session:
@@ -87,8 +87,19 @@ class DatabaseBlobs(SharedBlobs):
                         )
                         seq += 1
         except IntegrityError:
-            if not await self._shared(session_id, sha256):  # another process shared it meanwhile, or not
+            if not await self._touch(session_id, sha256):  # another process shared it meanwhile, or not
                 raise
+
+    async def _touch(self, session_id: str, sha256: str) -> bool:
+        """Mark shared bytes as just shared again (so no collection takes them before the row about to
+        reference them is written); False when there are none."""
+        async with self.database.write() as session:
+            result = await session.execute(
+                update(BlobChunkRow)
+                .where(BlobChunkRow.session_id == session_id, BlobChunkRow.sha256 == sha256, BlobChunkRow.seq == 0)
+                .values(created_at=utcnow())
+            )
+            return bool(result.rowcount)  # type: ignore[attr-defined]
 
     async def _shared(self, session_id: str, sha256: str) -> bool:
         query = select(exists().where(BlobChunkRow.session_id == session_id, BlobChunkRow.sha256 == sha256))
@@ -117,6 +128,8 @@ class DatabaseBlobs(SharedBlobs):
         if seq == 0:
             return False
         if digest.hexdigest() != sha256:
+            if not await self._shared(session_id, sha256):  # removed while it was read (a deletion)
+                return False
             raise BlobMismatch(f"the shared bytes of blob {sha256[:12]}… of session {session_id} do not match it")
         return True
 
@@ -141,9 +154,12 @@ class DatabaseBlobs(SharedBlobs):
         for session_id, digests in by_session.items():
             keep = await referenced(session_id)
             for sha256 in (d for d in digests if d not in keep):
+                blob = (BlobChunkRow.session_id == session_id, BlobChunkRow.sha256 == sha256)
                 async with self.database.write() as session:
-                    await session.execute(
-                        delete(BlobChunkRow).where(BlobChunkRow.session_id == session_id, BlobChunkRow.sha256 == sha256)
+                    still_old = await session.scalar(
+                        select(exists().where(*blob, BlobChunkRow.seq == 0, BlobChunkRow.created_at < cutoff))
                     )
-                removed += 1
+                    if still_old:  # not shared again since it was listed
+                        await session.execute(delete(BlobChunkRow).where(*blob))
+                        removed += 1
         return removed

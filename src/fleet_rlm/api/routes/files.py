@@ -16,7 +16,7 @@ from fleet_rlm.api.downloads import (
     none_match,
     requested_range,
 )
-from fleet_rlm.api.errors import CONNECTION_CLOSE, ApiError, ErrorBody, Responses
+from fleet_rlm.api.errors import CONNECTION_CLOSE, FILE_DAMAGED, ApiError, ErrorBody, Responses
 from fleet_rlm.api.schemas import FileList, FileOut, FileUpload
 from fleet_rlm.api.text import control_character
 
@@ -90,7 +90,7 @@ async def upload_file(session: str, form: Annotated[FileUpload, File()], service
     return FileOut.of(record, str(kind))
 
 
-@router.get("/sessions/{session}/files", response_model=FileList, responses=NOT_FOUND)
+@router.get("/sessions/{session}/files", response_model=FileList, responses={**NOT_FOUND, **FILE_DAMAGED})
 async def list_files(session: str, service: Service) -> FileList:
     """Uploads, artifacts and memory files of the session."""
     return FileList(items=[FileOut.of(record, str(kind)) for record, kind in await service.list_files(session)])
@@ -103,6 +103,7 @@ async def list_files(session: str, service: Service) -> FileList:
     responses={
         **BAD_PATH,
         **NOT_FOUND,
+        **FILE_DAMAGED,
         200: {"content": FILE_BYTES, "description": "The file's bytes, with its media type", "headers": ETAG},
         206: {
             "content": FILE_BYTES,

@@ -9,7 +9,7 @@ from starlette.background import BackgroundTask
 
 from fleet_rlm.api.deps import Service
 from fleet_rlm.api.downloads import StoredFileResponse
-from fleet_rlm.api.errors import CONNECTION_CLOSE, ErrorBody, Responses
+from fleet_rlm.api.errors import CONNECTION_CLOSE, FILE_DAMAGED, ErrorBody, Responses
 from fleet_rlm.api.schemas import MAX_INT32, ArchiveUpload, SessionCreate, SessionOut, SessionPage, SessionPatch
 
 router = APIRouter(tags=["sessions"])
@@ -75,6 +75,7 @@ async def delete_session(session: str, service: Service) -> Response:
     response_class=StoredFileResponse,
     responses={
         **NOT_FOUND,
+        **FILE_DAMAGED,
         200: {
             "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
             "description": "The session archive (made for this request, so Range is not served)",
