@@ -146,8 +146,8 @@ class TurnExecution:
         if self.cancel_requested:
             return self._stopped_outcome(), None
         opening: KernelOpening | None = None
+        finished = await self.store.history(plan.session.id, before_position=plan.turn.position)
         if self.kernels is not None:
-            finished = await self.store.history(plan.session.id, before_position=plan.turn.position)
             runs = TurnRuns(plan.turn.position, tuple((t.position, t.runner) for t in finished if t.runner))
             self.lease, opening = await self.kernels.open(plan.session.id, self.turn_id, runs)
             self.kernel = opening.kernel
@@ -169,8 +169,7 @@ class TurnExecution:
         if plan.history is not None:
             history = [HistoryEntry(message=message, answer=answer) for message, answer in plan.history]
         else:
-            stored = await self.store.history(plan.session.id, before_position=plan.turn.position)
-            history = [HistoryEntry(message=t.message, answer=t.answer) for t in stored]
+            history = [HistoryEntry(message=t.message, answer=t.answer) for t in finished]
         program = await served_program(self.store)
         if self.cancel_requested or not await self.store.mark_running(self.turn_id, program_version=program.version):
             return self._stopped_outcome(), None

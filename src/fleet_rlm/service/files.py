@@ -89,6 +89,15 @@ class SessionFiles:
         for sha in dict.fromkeys(digests):
             await self.shared.put(session_id, sha, self.blobs.path(session_id, sha))
 
+    async def share_unshared(self, session_id: str, digests: set[str]) -> None:
+        """Share those of ``digests`` this process holds and the shared store does not (files stored
+        here before the switch to a shared store); one query, and nothing written for the rest."""
+        if self.shared is None:
+            return
+        missing = digests - await self.shared.held(session_id)
+        here = await asyncio.to_thread(lambda: [sha for sha in missing if self.blobs.path(session_id, sha).is_file()])
+        await self.share(session_id, here)
+
     async def fetch(self, session_id: str, digests: Iterable[str]) -> None:
         """Bring the blobs this process does not hold from the shared store into its own, one chunk at
         a time. A blob the shared store lacks too stays missing (its readers say so)."""

@@ -100,7 +100,7 @@ class Kernel:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by a turn on the kernel and then by its snapshot."""
     turn_running: bool = False
-    position: int | None = None
+    position: int = 0
     """The position of the last turn that ran on it."""
 
     @property
@@ -215,14 +215,14 @@ class KernelRegistry:
 
     # A turn's kernel --------------------------------------------------------------------------
 
-    async def open(self, session_id: str, turn_id: str, runs: TurnRuns | None = None) -> tuple[Lease, KernelOpening]:
+    async def open(self, session_id: str, turn_id: str, runs: TurnRuns) -> tuple[Lease, KernelOpening]:
         """The lease of a turn on its session's kernel: the live one, else a fresh one into which
         the session's snapshot is restored. Waits while the last turn's snapshot is still written.
 
-        With ``runs`` (where the session's turns ran), a live kernel or a snapshot older than a turn
-        that ran in another runner is neither reused nor restored, and the model is told."""
+        ``runs`` says where the session's turns ran: a live kernel or a snapshot older than a turn that
+        ran in another runner is neither reused nor restored, and the model is told."""
         kernel = self.live.get(session_id)
-        if kernel is not None and self._stale(kernel, runs):
+        if kernel is not None and runs.ran_elsewhere_after(kernel.position, self.pool.runner):
             async with kernel.lock:  # its last turn's snapshot is written first
                 if self.live.get(session_id) is kernel:
                     await self._end(
@@ -234,8 +234,7 @@ class KernelRegistry:
             if self.live.get(session_id) is kernel and kernel.started.sandbox.usable:
                 kernel.idle_since = None
                 kernel.turn_running = True
-                if runs is not None:
-                    kernel.position = runs.position
+                kernel.position = runs.position
                 self.live.move_to_end(session_id)
                 lease = self.pool.lease_on(session_id, turn_id, kernel.sandbox_id, kernel.workspace, kernel.started)
                 return lease, KernelOpening(kernel, [], live_text(kernel.variables))
@@ -249,7 +248,15 @@ class KernelRegistry:
         except BaseException:
             await self.pool.release(lease)
             raise
-        kernel = Kernel(session_id, lease.sandbox_id, lease.workspace, started, idle_since=None, turn_running=True)
+        kernel = Kernel(
+            session_id,
+            lease.sandbox_id,
+            lease.workspace,
+            started,
+            idle_since=None,
+            turn_running=True,
+            position=runs.position,
+        )
         await kernel.lock.acquire()
         self.live[session_id] = kernel
         events: list[Payload] = []
@@ -282,23 +289,14 @@ class KernelRegistry:
             text = restored_text([], [], ELSEWHERE_WORDS)
         state["ended"] = None
         state["runner"] = self.pool.runner
-        if runs is not None:
-            state["position"] = kernel.position = runs.position
+        state["position"] = runs.position
         self._write_state(session_id, state)
         return lease, KernelOpening(kernel, events, text)
 
-    def _stale(self, kernel: Kernel, runs: TurnRuns | None) -> bool:
-        """A live kernel here is out of date: a later turn ran in another runner."""
-        if runs is not None and kernel.position is not None:
-            return runs.ran_elsewhere_after(kernel.position, self.pool.runner)
-        return self._read_state(kernel.session_id).get("runner") not in (None, self.pool.runner)
-
-    def _state_out_of_date(self, state: dict[str, Any], runs: TurnRuns | None) -> bool:
+    def _state_out_of_date(self, state: dict[str, Any], runs: TurnRuns) -> bool:
         """The kernel state this data directory holds is older than a turn that ran in another runner;
         or there is none here and earlier turns ran in another process (nothing to restore, but the
         model is told)."""
-        if runs is None:
-            return False
         position, runner = state.get("position"), state.get("runner")
         if isinstance(position, int):
             return runs.ran_elsewhere_after(position, runner if isinstance(runner, str) else None)
@@ -349,8 +347,7 @@ class KernelRegistry:
         state["modules"] = found.modules
         state["ended"] = None
         state["runner"] = self.pool.runner
-        if kernel.position is not None:
-            state["position"] = kernel.position
+        state["position"] = kernel.position
         if budget:
             state["snapshot"] = self._take_snapshot(kernel, lease, found, budget)
         self._write_state(kernel.session_id, state)

@@ -204,8 +204,7 @@ class FleetService(TurnOperations):
             else:
                 keep = await self._kept_blobs(session_id)
                 await asyncio.to_thread(self.blobs.collect_garbage, session_id, keep)
-                # Bytes stored here before worker.file_store was "database" are shared now.
-                await self.files.share(session_id, [sha for sha in keep if self.blobs.path(session_id, sha).is_file()])
+                await self.files.share_unshared(session_id, keep)
         if self.files.shared is not None:
             await self.files.shared.collect_garbage(self._kept_blobs)
 

@@ -48,6 +48,10 @@ class SharedBlobs(abc.ABC):
         are shared. Raises :class:`BlobMismatch` when they do not hash to ``sha256``."""
 
     @abc.abstractmethod
+    async def held(self, session_id: str) -> set[str]:
+        """The digests of the session's shared blobs."""
+
+    @abc.abstractmethod
     async def remove_session(self, session_id: str) -> None: ...
 
     @abc.abstractmethod
@@ -132,6 +136,11 @@ class DatabaseBlobs(SharedBlobs):
                 return False
             raise BlobMismatch(f"the shared bytes of blob {sha256[:12]}… of session {session_id} do not match it")
         return True
+
+    async def held(self, session_id: str) -> set[str]:
+        query = select(BlobChunkRow.sha256).where(BlobChunkRow.session_id == session_id, BlobChunkRow.seq == 0)
+        async with self.database.read() as session:
+            return set((await session.execute(query)).scalars())
 
     async def remove_session(self, session_id: str) -> None:
         async with self.database.write() as session:

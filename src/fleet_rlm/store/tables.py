@@ -3,8 +3,7 @@ evaluation data (replay snapshots of turns, labels).
 
 File bytes live on disk (see :mod:`fleet_rlm.store.blobs`), and with ``worker.file_store = "database"``
 in the database as well (``blob_chunks``, see :mod:`fleet_rlm.store.shared_blobs`); rows hold their
-metadata. Timestamps
-are timezone-aware UTC on every backend. Changing a table means adding an Alembic revision under
+metadata. Timestamps are timezone-aware UTC on every backend. Changing a table means adding an Alembic revision under
 ``migrations/versions`` (a test compares the migrated schema with this module).
 """
 
