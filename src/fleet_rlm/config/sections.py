@@ -319,6 +319,15 @@ class WorkerSettings(BaseModel):
     drain_seconds: float = Field(
         default=60.0, ge=0, description="On SIGTERM, how long fleet worker lets its running turns finish."
     )
+    turn_processes: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description=(
+            "Processes of its own in which a process that runs turns runs their engines (DSPy, the model "
+            "calls), so its event loop is not slowed by them; 0: on its own threads."
+        ),
+    )
     file_store: Literal["local", "database"] = Field(
         default="local",
         description=(

@@ -31,10 +31,11 @@ from tenacity import (
 )
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.turn import HistoryEntry, Turn, TurnOutcome, TurnRequest, build_turn
+from fleet_rlm.engine.turn import HistoryEntry, TurnOutcome, TurnRequest
 from fleet_rlm.protocol.events import Event, EventType, new_id
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.channel import TurnChannel
+from fleet_rlm.service.engines import OwnThreads, RunningTurn, TurnEngine
 from fleet_rlm.service.files import UNREVIEWED_ORIGIN, SessionFiles, refresh_workspace
 from fleet_rlm.service.kernels import Kernel, KernelOpening, KernelRegistry, TurnRuns
 from fleet_rlm.service.memory import MEMORY_FILE, MemoryBook
@@ -74,8 +75,10 @@ class TurnExecution:
         journal: EventJournal,
         memory: MemoryBook,
         kernels: KernelRegistry | None = None,
+        engine: TurnEngine | None = None,
     ) -> None:
         self.plan = plan
+        self.engine = engine or OwnThreads()
         self.kernels = kernels if kernels is not None and kernels.enabled else None
         self.kernel: Kernel | None = None
         self.memory = memory
@@ -86,7 +89,7 @@ class TurnExecution:
         self.channel = channel
         self.journal = journal
         self.loop = asyncio.get_running_loop()
-        self.engine_turn: Turn | None = None
+        self.engine_turn: RunningTurn | None = None
         self.cancel_requested = False
         self.shutting_down = False
         self.lease: Lease | None = None
@@ -192,14 +195,15 @@ class TurnExecution:
         )
         if plan.settings.quality.capture_replays:
             await self._capture(request, [r for r in records if r.path in placed])
-        self.engine_turn = build_turn(plan.settings, request, self.sink, backend=self.lease.backend)
+        self.engine_turn = await self.engine.begin(plan.settings, request, self.sink, self.lease.backend)
         if self.cancel_requested:
             self.engine_turn.cancel()
         outcome = await self.engine_turn.run()
-        try:
-            await asyncio.wait_for(self._terminal_seen.wait(), TERMINAL_WAIT)
-        except TimeoutError:
-            log.error("turn %s: the engine returned without a terminal event", self.turn_id)
+        if not self.engine_turn.lost:
+            try:
+                await asyncio.wait_for(self._terminal_seen.wait(), TERMINAL_WAIT)
+            except TimeoutError:
+                log.error("turn %s: the engine returned without a terminal event", self.turn_id)
         if outcome.status is not TurnStatus.COMPLETED:
             return outcome, None
         changes = await asyncio.to_thread(

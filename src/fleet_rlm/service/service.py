@@ -18,6 +18,7 @@ from fleet_rlm.sandbox.base import SandboxBackend, SandboxLimits, SandboxUnavail
 from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.service import archive
 from fleet_rlm.service.channel import ChannelRegistry
+from fleet_rlm.service.engines import OwnThreads, TurnEngine
 from fleet_rlm.service.execution import TurnExecution
 from fleet_rlm.service.files import SessionFiles, stored_path
 from fleet_rlm.service.kernels import KernelRegistry, KernelStatus
@@ -27,6 +28,7 @@ from fleet_rlm.service.overrides import check_session_settings
 from fleet_rlm.service.pool import SandboxPool
 from fleet_rlm.service.readiness import Readiness, ReadinessChecks
 from fleet_rlm.service.runners import is_dead, new_runner_id
+from fleet_rlm.service.turn_processes import TurnProcesses
 from fleet_rlm.service.turns import TurnOperations
 from fleet_rlm.service.wakeups import Wakeups
 from fleet_rlm.service.worker import TurnWorker
@@ -109,6 +111,7 @@ class FleetService(TurnOperations):
         self._kernels: KernelRegistry | None = None
         self.wakeups = Wakeups()
         self.worker: TurnWorker | None = None
+        self.engine: TurnEngine = OwnThreads()
         self._leases: LeaseKeeper | None = None
         self._listener: Listener | None = None
 
@@ -156,6 +159,9 @@ class FleetService(TurnOperations):
         if self.runs_turns:
             self.reaped_at_start = self.pool.reap(lambda runner: is_dead(runner, self.runner))
             await self._prepare_backend()
+            if self.settings.worker.turn_processes:
+                self.engine = TurnProcesses(self.settings.worker.turn_processes)
+                await self.engine.start()
             self.pool.start()
             self.kernels.start()
             limit = self.settings.server.max_running_turns
@@ -235,6 +241,7 @@ class FleetService(TurnOperations):
             await self._leases.close()
         if self._listener is not None:
             await self._listener.close()
+        await self.engine.close()
         if self._kernels is not None:
             await self._kernels.close()
         if self._pool is not None:

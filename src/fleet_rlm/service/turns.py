@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fleet_rlm.config import Ceilings, Settings
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.service.channel import ChannelRegistry
+from fleet_rlm.service.engines import TurnEngine
 from fleet_rlm.service.execution import TurnExecution, TurnPlan
 from fleet_rlm.service.files import SessionFiles, clean_path
 from fleet_rlm.service.kernels import KernelRegistry
@@ -74,6 +75,7 @@ class TurnOperations(ABC):
     wakeups: Wakeups
     worker: TurnWorker | None
     tracer: TurnTracer | None
+    engine: TurnEngine
     _cleanups: set[asyncio.Task[None]]
 
     @property
@@ -156,6 +158,7 @@ class TurnOperations(ABC):
             self.journal,
             self.memory,
             kernels=None if cancelled else self.kernels,
+            engine=self.engine,
         )
         if cancelled:
             execution.cancel()

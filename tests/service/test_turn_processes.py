@@ -1,0 +1,142 @@
+"""Turns whose engine runs in a turn process (``worker.turn_processes``): what a person sees is what a
+turn on the server's own threads shows, and a turn process that dies fails only its turns."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.protocol.events import EventType
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turn_processes import TurnProcesses
+from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.store import Database
+from fleet_rlm.testing.settings import scripted_settings
+
+from .test_lifecycle import SLOW, wait_for_output
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def service(model_server: ScriptedModelServer, home: Path) -> AsyncIterator[FleetService]:
+    settings = scripted_settings(model_server, home, sandbox_pool_size=1, worker_turn_processes=1)
+    fleet = FleetService(settings, database=Database.from_settings(settings))
+    await fleet.start()
+    yield fleet
+    await fleet.stop()
+
+
+def turn_process(service: FleetService) -> psutil.Process:
+    assert isinstance(service.engine, TurnProcesses)
+    (child,) = service.engine.children
+    return psutil.Process(child.process.pid)
+
+
+async def run(service: FleetService, session: str, message: str) -> tuple[str, str | None, list[EventType]]:
+    turn, _ = await service.submit_turn(session, TurnSubmission(message=message))
+    done = await service.wait_for_turn(turn.id)
+    events = await service.store.events_after(turn.id)
+    return done.status, done.answer if done.status == "completed" else done.error, [e.type for e in events]
+
+
+async def test_a_turn_in_a_turn_process_streams_calls_tools_remembers_and_keeps_its_kernel(
+    service: FleetService, model_server: ScriptedModelServer
+) -> None:
+    await service.create_session(name="s")
+    first = (
+        "answer = llm_query('what is the capital of France?')\n"
+        "print('sub says', answer)\n"
+        "print(remember('the person asks about France', 'asked today'))\n"
+        "open('artifacts/note.txt', 'w').write(answer)\n"
+        "x = 41"
+    )
+    model_server.script("root", rlm_step("Ask.", first), rlm_step("Done.", "SUBMIT(answer=answer)"))
+    model_server.script("sub", "Paris")
+    status, answer, types = await run(service, "s", "capital?")
+    assert (status, answer) == ("completed", "Paris")
+    for expected in (EventType.TOOL_STARTED, EventType.TOOL_FINISHED, EventType.MEMORY_PROPOSED):
+        assert expected in types
+    turn = (await service.store.list_turns((await service.get_session("s")).id))[0]
+    outputs = [e.data["text"] for e in await service.store.events_after(turn.id) if e.type is EventType.OUTPUT]
+    assert "sub says Paris" in "".join(outputs)
+    assert [e.text for e in await service.memory.entries()] == ["the person asks about France"]
+    assert [r.path for r, _ in await service.list_files("s")] == ["artifacts/note.txt"]
+
+    # The session's kernel lives in the server, so the next turn (in any turn process) finds x.
+    model_server.script("root", rlm_step("Use x.", "SUBMIT(answer=str(x + 1))"))
+    assert (await run(service, "s", "x + 1?"))[:2] == ("completed", "42")
+
+
+async def test_child_agents_run_from_a_turn_process(service: FleetService, model_server: ScriptedModelServer) -> None:
+    await service.create_session(name="s")
+    parent = "r = spawn_agent('child count')\nSUBMIT(answer=str(r['answer']))"
+    model_server.script_for_task("root", "PARENT", rlm_step("Delegate.", parent))
+    model_server.script_for_task("root", "child count", rlm_step("Count.", "SUBMIT(answer=str(sum(range(10))))"))
+    status, answer, types = await run(service, "s", "PARENT delegates")
+    assert (status, answer) == ("completed", "45")
+    assert EventType.CHILD_FINISHED in types
+
+
+async def test_cancel_reaches_code_running_for_a_turn_process(
+    service: FleetService, model_server: ScriptedModelServer
+) -> None:
+    await service.create_session(name="s")
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="slow"))
+    await wait_for_output(service, turn.id, "started")
+    asked = time.monotonic()
+    await service.cancel_turn(turn.id)
+    done = await service.wait_for_turn(turn.id)
+    assert done.status == "cancelled"
+    assert time.monotonic() - asked < 5
+    model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='still works')"))
+    assert (await run(service, "s", "again"))[:2] == ("completed", "still works")
+
+
+async def test_a_killed_turn_process_fails_its_turn_and_is_replaced(
+    service: FleetService, model_server: ScriptedModelServer
+) -> None:
+    await service.create_session(name="s")
+    doomed = turn_process(service)
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="slow"))
+    await wait_for_output(service, turn.id, "started")
+    doomed.send_signal(signal.SIGKILL)
+    done = await service.wait_for_turn(turn.id)
+    assert done.status == "failed"
+    assert done.error is not None and "engine process ended unexpectedly" in done.error
+    events = await service.store.events_after(turn.id)
+    assert [e.type for e in events if e.terminal] == [EventType.TURN_FAILED]
+
+    model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='on a new process')"))
+    assert (await run(service, "s", "again"))[:2] == ("completed", "on a new process")
+    assert turn_process(service).pid != doomed.pid
+
+
+async def test_sandbox_code_cannot_reach_the_turn_process(
+    service: FleetService, model_server: ScriptedModelServer
+) -> None:
+    """The turn process (root, holding the model keys) is outside the sandbox's process namespace and
+    holds no file descriptor the sandbox inherits: signalling its pid reaches nothing of it."""
+    await service.create_session(name="s")
+    target = turn_process(service)
+    attack = (
+        "import os, signal\n"
+        f"try:\n    os.kill({target.pid}, signal.SIGKILL)\n    print('sent')\nexcept OSError as e:\n    print('refused', e)\n"
+        "print('fds', sorted(os.listdir('/proc/self/fd')))\n"
+        "SUBMIT(answer='tried')"
+    )
+    model_server.script("root", rlm_step("Attack.", attack))
+    status, answer, _ = await run(service, "s", "attack")
+    assert (status, answer) == ("completed", "tried")
+    assert target.is_running() and target.status() != psutil.STATUS_ZOMBIE
+    assert turn_process(service).pid == target.pid
+    assert os.getpid() != target.pid
