@@ -1,7 +1,7 @@
 """Load on the durable service: many concurrent sessions, each running one multi-iteration turn.
 
 Run: ``uv run python benchmarks/load_bench.py [--sessions 50] [--iterations 3] [--delay 0.05]
-[--pool 2] [--max-running N] [--database-url URL] [--workers 0,1,2]``.
+[--pool 2] [--max-running N] [--database-url URL] [--workers 0,1,2] [--turn-processes 0,2]``.
 
 A real ``fleet serve`` process (SQLite under a temporary FLEET_HOME unless ``--database-url``)
 serves a scripted model that answers every call after ``--delay`` seconds; each session's turn
@@ -21,6 +21,8 @@ and streamed over SSE. Reported:
 the database's schema: ``0`` is ``fleet serve`` running its turns itself; ``N`` is an API replica
 (``--no-workers``) and N ``fleet worker`` processes. It prints each report, then the throughput and
 event-lag ratios against the first topology listed. Memory figures cover the API process's tree only.
+``--turn-processes`` crosses each topology with ``worker.turn_processes`` values (0: engines on the
+threads of the process that runs turns; N: in N turn processes of each such process), also on SQLite.
 """
 
 from __future__ import annotations
@@ -278,17 +280,28 @@ def main() -> int:
         help="topologies to compare, e.g. 0,1,2: 0 = fleet serve runs turns; N = API replica + N fleet workers "
         "(needs --database-url on PostgreSQL)",
     )
+    parser.add_argument(
+        "--turn-processes",
+        help="worker.turn_processes values to compare, e.g. 0,2 (default: the setting's default)",
+    )
     args = parser.parse_args()
-    if not args.workers:
-        report = measure(args, workers=None)
+    worker_counts: list[int | None] = [int(part) for part in args.workers.split(",")] if args.workers else [None]
+    process_counts: list[int | None] = (
+        [int(part) for part in args.turn_processes.split(",")] if args.turn_processes else [None]
+    )
+    if args.workers and not (args.database_url or "").startswith("postgresql"):
+        parser.error("--workers needs --database-url postgresql+asyncpg://...")
+    combinations = [(workers, processes) for workers in worker_counts for processes in process_counts]
+    if len(combinations) == 1:
+        report = measure(args, workers=worker_counts[0], turn_processes=process_counts[0])
         print(json.dumps(report, indent=2))
         return 0 if report["outcomes"] == ["turn.completed"] else 1
-    if not (args.database_url or "").startswith("postgresql"):
-        parser.error("--workers needs --database-url postgresql+asyncpg://...")
     reports = []
-    for count in [int(part) for part in args.workers.split(",")]:
-        database = fresh_database(args.database_url, f"fleet_load_bench_{count}")
-        report = measure(args, workers=count, database_url=database)
+    for workers, processes in combinations:
+        database = None
+        if args.workers:
+            database = fresh_database(args.database_url, f"fleet_load_bench_{workers}_{processes or 0}")
+        report = measure(args, workers=workers, turn_processes=processes, database_url=database)
         reports.append(report)
         print(json.dumps(report, indent=2))
     base = reports[0]
@@ -317,8 +330,11 @@ def main() -> int:
     return 0 if all(r["outcomes"] == ["turn.completed"] for r in reports) else 1
 
 
-def measure(args: argparse.Namespace, *, workers: int | None, database_url: str | None = None) -> dict[str, Any]:
-    """One topology under the load: ``workers`` None or 0, the server runs turns; N, N worker processes."""
+def measure(
+    args: argparse.Namespace, *, workers: int | None, turn_processes: int | None = None, database_url: str | None = None
+) -> dict[str, Any]:
+    """One topology under the load: ``workers`` None or 0, the server runs turns; N, N worker processes;
+    ``turn_processes``: the processes that run turns run their engines in that many turn processes."""
     database_url = database_url or args.database_url
 
     model = ScriptedModel(default=responder(args.iterations, args.delay))
@@ -344,6 +360,8 @@ def measure(args: argparse.Namespace, *, workers: int | None, database_url: str 
             env["FLEET_MAX_RUNNING_TURNS"] = str(args.max_running)
         if workers:
             env["FLEET_WORKER_IN_SERVER"] = "false"
+        if turn_processes is not None:
+            env["FLEET_WORKER_TURN_PROCESSES"] = str(turn_processes)
         log = Path(home) / "server.log"
         server = start_process([sys.executable, "-m", "fleet_rlm.api.server", "--port", str(port)], env, log)
         worker_logs = [Path(home) / f"worker-{index}.log" for index in range(workers or 0)]
@@ -376,7 +394,8 @@ def measure(args: argparse.Namespace, *, workers: int | None, database_url: str 
     lags = [lag for t in timings for lag in t.lags]
     warm, cold = pool_latency(args.pool_repeats)
     report = {
-        "topology": f"api + {workers} workers" if workers else "fleet serve (turns in the server)",
+        "topology": (f"api + {workers} workers" if workers else "fleet serve (turns in the server)")
+        + (f", {turn_processes} turn processes each" if turn_processes is not None else ""),
         "sessions": args.sessions,
         "iterations_per_turn": args.iterations,
         "model_delay_s": args.delay,

@@ -75,6 +75,33 @@ async def test_a_turn_in_a_turn_process_streams_calls_tools_remembers_and_keeps_
     assert (await run(service, "s", "x + 1?"))[:2] == ("completed", "42")
 
 
+async def test_failing_and_crashing_code_is_reported_as_on_the_servers_own_threads(
+    service: FleetService, model_server: ScriptedModelServer
+) -> None:
+    """What crosses from the sandbox to the engine in another process keeps its parts: the failed
+    line and type of an exception, and a crash's cause and the output before it."""
+    await service.create_session(name="s")
+    model_server.script(
+        "root",
+        rlm_step("Divide.", "x = 41\nprint(1 / 0)"),
+        rlm_step("Crash.", "print('about to crash', flush=True)\nimport os\nos._exit(3)"),
+        rlm_step("Carry on.", "print('x survived:', 'x' in globals())"),
+        rlm_step("Done.", "SUBMIT(answer='carried on')"),
+    )
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="fail then crash"))
+    done = await service.wait_for_turn(turn.id)
+    assert (done.status, done.answer) == ("completed", "carried on")
+    events = await service.store.events_after(turn.id)
+    [failed] = [e.data for e in events if e.type is EventType.EXECUTION_FAILED]
+    assert (failed["error_type"], failed["line"]) == ("ZeroDivisionError", 2)
+    [restarted] = [e.data for e in events if e.type is EventType.SANDBOX_RESTARTED]
+    assert restarted["cause"] == "exit status 3"
+    said = str(model_server.model.requests_for("root")[2])
+    assert "about to crash" in said and "the sandbox restarted after exit status 3" in said
+    output = "".join(str(e.data["text"]) for e in events if e.type is EventType.OUTPUT)
+    assert "x survived: False" in output
+
+
 async def test_child_agents_run_from_a_turn_process(service: FleetService, model_server: ScriptedModelServer) -> None:
     await service.create_session(name="s")
     parent = "r = spawn_agent('child count')\nSUBMIT(answer=str(r['answer']))"

@@ -40,6 +40,7 @@ def topology(model_server: ScriptedModelServer, home: Path, postgres_url: str, t
             sandbox_pool_size="1",
             worker_in_server="false",
             worker_lease_seconds="5",
+            worker_turn_processes="1",
         ),
     }
     running = Topology(env, tmp_path / "logs", postgres_url)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
+import psutil
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
@@ -70,11 +71,19 @@ def test_a_worker_killed_mid_turn_leaves_the_turn_interrupted_within_15s_and_the
     seen: list[Event] = []
     wait_for_output(seen, client.follow(turn["id"]), "started")
 
-    topology.worker_running(turn["id"]).kill()
+    worker = topology.worker_running(turn["id"])
+    turn_processes = [
+        child for child in psutil.Process(worker.pid).children() if "turn_processes.child" in " ".join(child.cmdline())
+    ]
+    assert turn_processes, "the worker runs its turns' engines in a turn process"
+    worker.kill()
     killed = time.monotonic()
     while client.turn(turn["id"])["status"] != "interrupted":
         assert time.monotonic() - killed < 15, "the dead worker's turn is still active"
         time.sleep(0.1)
+
+    _, alive = psutil.wait_procs(turn_processes, timeout=10)
+    assert not alive, "a dead worker's turn processes outlive it"
 
     replay = list(topology.client(1).follow(turn["id"]))
     assert_whole(replay, EventType.TURN_INTERRUPTED)

@@ -320,7 +320,7 @@ class WorkerSettings(BaseModel):
         default=60.0, ge=0, description="On SIGTERM, how long fleet worker lets its running turns finish."
     )
     turn_processes: int = Field(
-        default=0,
+        default=2,
         ge=0,
         le=64,
         description=(

@@ -33,6 +33,8 @@ def scripted_env(server: ScriptedModelServer, **settings: str) -> dict[str, str]
         "FLEET_LM_API_KEY": "scripted",
         "FLEET_SUB_LM_MODEL": "openai/sub",
         "FLEET_MODE": "rlm",
+        # Turns' engines on the threads of the process that runs them: a test of turn processes asks for them.
+        "FLEET_WORKER_TURN_PROCESSES": "0",
     }
     env.update({f"FLEET_{name.upper()}": value for name, value in settings.items()})
     return env

@@ -25,6 +25,8 @@ def scripted_settings(server: ScriptedModelServer, home: Path, **overrides: Any)
         "mode": "rlm",
         "turn_timeout": 60.0,
         "execution_timeout": 20.0,
+        # Turns' engines on the threads of the process that runs them: a test of turn processes asks for them.
+        "worker_turn_processes": 0,
     }
     values.update(overrides)
     # model_validate skips the environment, .env and fleet.toml sources: tests see only these values.

@@ -35,8 +35,11 @@ log = logging.getLogger(__name__)
 NICENESS = 5
 """How much lower a turn process's CPU priority is than its Fleet process's."""
 READY_TIMEOUT = 60.0
+READY_POLL = 0.02
 CANCEL_GRACE = 2.0
 """After a cancel, how long the turn process has to stop the turn before its sandboxes are killed here."""
+RESPAWN_DELAY = 5.0
+"""How long after a turn process died before it was ready another is started."""
 WEDGED_GRACE = 30.0
 """Past a turn's deadline, how long its turn process may stay silent before it is killed."""
 
@@ -194,13 +197,17 @@ class TurnProcesses(TurnEngine):
         self._starting: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
+        """Start the turn processes; turns wait for the first of them to be ready, not this."""
         self._loop = asyncio.get_running_loop()
         self.children = [self._spawn() for _ in range(self.count)]
-        await asyncio.gather(*(self._await_ready(child) for child in self.children))
 
     def _spawn(self) -> ChildProcess:
         assert self._loop is not None
-        return ChildProcess(self._loop, self._replace)
+        child = ChildProcess(self._loop, self._replace)
+        starting = asyncio.ensure_future(self._await_ready(child))
+        self._starting.add(starting)
+        starting.add_done_callback(self._starting.discard)
+        return child
 
     async def _await_ready(self, child: ChildProcess) -> None:
         try:
@@ -213,11 +220,14 @@ class TurnProcesses(TurnEngine):
         if self._closing or child not in self.children:
             return
         log.error("%r ended (%s); starting another", child, reason)
-        replacement = self._spawn()
-        self.children[self.children.index(child)] = replacement
-        starting = asyncio.ensure_future(self._await_ready(replacement))
-        self._starting.add(starting)
-        starting.add_done_callback(self._starting.discard)
+        # One that never got ready (a broken install) is not started again and again at once.
+        delay = 0.0 if child.ready.is_set() else RESPAWN_DELAY
+        assert self._loop is not None
+        self._loop.call_later(delay, self._respawn, child)
+
+    def _respawn(self, child: ChildProcess) -> None:
+        if not self._closing and child in self.children:
+            self.children[self.children.index(child)] = self._spawn()
 
     async def begin(
         self, settings: Settings, request: TurnRequest, sink: EventSink, backend: SandboxBackend
@@ -225,17 +235,19 @@ class TurnProcesses(TurnEngine):
         return RemoteTurn(await self._least_busy(), settings, request, sink, backend)
 
     async def _least_busy(self) -> ChildProcess:
-        for _ in range(2):
+        """The ready turn process running the fewest turns, once one is ready."""
+        deadline = asyncio.get_running_loop().time() + READY_TIMEOUT + RESPAWN_DELAY
+        while True:
             ready = [child for child in self.children if child.ready.is_set() and not child.gone]
             if ready:
                 return min(ready, key=lambda child: len(child.turns))
-            waiting = [asyncio.ensure_future(child.ready.wait()) for child in self.children]
-            _, pending = await asyncio.wait(waiting, timeout=READY_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
-            for future in pending:
-                future.cancel()
-        raise TurnProcessGone("no turn process is running (see the log for why they ended)")
+            if self._closing or asyncio.get_running_loop().time() > deadline:
+                raise TurnProcessGone("no turn process is running (the log says why)")
+            await asyncio.sleep(READY_POLL)
 
     async def close(self) -> None:
         self._closing = True
+        for starting in list(self._starting):
+            starting.cancel()
         await asyncio.gather(*(child.stop() for child in self.children))
         self.children = []
