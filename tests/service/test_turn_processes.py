@@ -158,12 +158,20 @@ async def test_sandbox_code_cannot_reach_the_turn_process(
     attack = (
         "import os, signal\n"
         f"try:\n    os.kill({target.pid}, signal.SIGKILL)\n    print('sent')\nexcept OSError as e:\n    print('refused', e)\n"
-        "print('fds', sorted(os.listdir('/proc/self/fd')))\n"
+        "fds = []\n"
+        "for fd in os.listdir('/proc/self/fd'):\n"
+        "    try:\n        fds.append(os.readlink(f'/proc/self/fd/{fd}'))\n"
+        "    except OSError:\n        pass\n"
+        "print('fds', fds)\n"
         "SUBMIT(answer='tried')"
     )
     model_server.script("root", rlm_step("Attack.", attack))
-    status, answer, _ = await run(service, "s", "attack")
-    assert (status, answer) == ("completed", "tried")
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="attack"))
+    done = await service.wait_for_turn(turn.id)
+    assert (done.status, done.answer) == ("completed", "tried")
+    said = "".join(str(e.data["text"]) for e in await service.store.events_after(turn.id) if e.type is EventType.OUTPUT)
+    assert "fds [" in said and "socket:" not in said, said
+    assert "refused" in said and "sent" not in said.split("fds")[0], said
     assert target.is_running() and target.status() != psutil.STATUS_ZOMBIE
     assert turn_process(service).pid == target.pid
     assert os.getpid() != target.pid
