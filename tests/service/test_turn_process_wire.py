@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
@@ -14,8 +15,17 @@ from dspy.primitives import CodeInterpreterError
 
 from fleet_rlm.engine.memory import MemoryRefused
 from fleet_rlm.sandbox.base import CodeFailed, CodeSyntaxError, InvalidInterpreterInput, SandboxCrashed
+from fleet_rlm.sandbox.local_sandbox import SandboxStartError
 from fleet_rlm.sandbox.tool_calls import ToolError
-from fleet_rlm.service.turn_processes.wire import Call, Notice, Peer, PeerGone, from_failure, to_failure
+from fleet_rlm.service.turn_processes.wire import (
+    Call,
+    CrossedError,
+    Notice,
+    Peer,
+    PeerGone,
+    from_failure,
+    to_failure,
+)
 
 
 def crash() -> SandboxCrashed:
@@ -30,6 +40,7 @@ def crash() -> SandboxCrashed:
         CodeFailed("text", error_type="KeyError", message="'a'", line=3, traceback="tb"),
         CodeSyntaxError("bad syntax", 7),
         crash(),
+        SandboxStartError("the worker did not come up"),
         InvalidInterpreterInput("bad tool name"),
         MemoryRefused("too long"),
         ToolError("llm_query: refused"),
@@ -39,6 +50,7 @@ def crash() -> SandboxCrashed:
 def test_an_error_crosses_with_its_kind_and_parts(error: Exception) -> None:
     again = from_failure(to_failure(error))
     assert type(again) is type(error)
+    assert isinstance(again, CodeInterpreterError) == isinstance(error, CodeInterpreterError)
     assert str(again) == str(error)
     for part in ("error_type", "message", "line", "traceback", "cause", "output"):
         assert getattr(again, part, None) == getattr(error, part, None)
@@ -46,7 +58,7 @@ def test_an_error_crosses_with_its_kind_and_parts(error: Exception) -> None:
 
 def test_an_unknown_error_crosses_as_its_type_and_message() -> None:
     again = from_failure(to_failure(KeyError("missing")))
-    assert isinstance(again, RuntimeError) and str(again) == "KeyError: 'missing'"
+    assert isinstance(again, CrossedError) and str(again) == "KeyError: 'missing'"
 
 
 @pytest.fixture
@@ -101,10 +113,12 @@ def test_a_call_waiting_when_the_other_end_goes_raises_peer_gone(pair: tuple[Pee
         except BaseException as exc:
             outcome.append(exc)
 
-    waiting = threading.Thread(target=wait)
+    waiting = threading.Thread(target=wait, daemon=True)
     waiting.start()
+    closed = time.monotonic()
     left.close()
     waiting.join(10)
+    assert time.monotonic() - closed < 6
     assert not waiting.is_alive()
     assert [type(e) for e in outcome] == [PeerGone]
     with pytest.raises(PeerGone):

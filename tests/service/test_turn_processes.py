@@ -3,7 +3,6 @@ turn on the server's own threads shows, and a turn process that dies fails only 
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -174,4 +173,82 @@ async def test_sandbox_code_cannot_reach_the_turn_process(
     assert "refused" in said and "sent" not in said.split("fds")[0], said
     assert target.is_running() and target.status() != psutil.STATUS_ZOMBIE
     assert turn_process(service).pid == target.pid
-    assert os.getpid() != target.pid
+
+
+async def test_a_kernel_printing_in_the_background_does_not_disturb_its_next_turns(
+    service: FleetService, model_server: ScriptedModelServer
+) -> None:
+    """A kernel's threads may print while the next turn is handed the kernel: those reports reach
+    a turn process before it has heard of that sandbox, and must not break it."""
+    await service.create_session(name="s")
+    chatter = (
+        "import threading, time\n"
+        "def chatter():\n    while True:\n        print('tick', flush=True)\n        time.sleep(0.002)\n"
+        "threading.Thread(target=chatter, daemon=True).start()\n"
+        "SUBMIT(answer='started')"
+    )
+    model_server.script("root", rlm_step("Chatter.", chatter))
+    assert (await run(service, "s", "chatter"))[:2] == ("completed", "started")
+    pid = turn_process(service).pid
+    for index in range(3):
+        model_server.script("root", rlm_step("Again.", f"SUBMIT(answer='turn {index}')"))
+        assert (await run(service, "s", f"turn {index}"))[:2] == ("completed", f"turn {index}")
+    assert turn_process(service).pid == pid, "the turn process died"
+
+
+async def test_a_turn_its_turn_process_cannot_start_fails_at_once(
+    service: FleetService, model_server: ScriptedModelServer
+) -> None:
+    await service.create_session(name="s")
+    model_server.script(
+        "root",
+        rlm_step(
+            "Break tmp.", "import shutil\nshutil.rmtree('tmp')\nopen('tmp', 'w').write('x')\nSUBMIT(answer='done')"
+        ),
+    )
+    assert (await run(service, "s", "break"))[:2] == ("completed", "done")
+    pid = turn_process(service).pid
+    asked = time.monotonic()
+    status, error, types = await run(service, "s", "next")
+    assert status == "failed" and error is not None, error
+    assert time.monotonic() - asked < 15
+    assert types[-1] is EventType.TURN_FAILED
+    assert turn_process(service).pid == pid
+
+
+async def test_a_cancel_ends_the_turn_even_when_its_turn_process_does_not_answer(
+    service: FleetService, model_server: ScriptedModelServer
+) -> None:
+    await service.create_session(name="s")
+    stuck = turn_process(service)
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="slow"))
+    await wait_for_output(service, turn.id, "started")
+    stuck.suspend()
+    try:
+        asked = time.monotonic()
+        await service.cancel_turn(turn.id)
+        done = await service.wait_for_turn(turn.id)
+        assert done.status == "cancelled"
+        assert time.monotonic() - asked < 10
+    finally:
+        stuck.resume()
+    model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='still works')"))
+    assert (await run(service, "s", "again"))[:2] == ("completed", "still works")
+
+
+async def test_stopping_the_service_ends_its_turn_processes_at_once(
+    model_server: ScriptedModelServer, home: Path
+) -> None:
+    settings = scripted_settings(model_server, home, sandbox_pool_size=0, worker_turn_processes=2)
+    fleet = FleetService(settings, database=Database.from_settings(settings))
+    await fleet.start()
+    await fleet.create_session(name="s")
+    model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='ok')"))
+    assert (await run(fleet, "s", "go"))[:2] == ("completed", "ok")
+    assert isinstance(fleet.engine, TurnProcesses)
+    children = [child.process for child in fleet.engine.children]
+    stopping = time.monotonic()
+    await fleet.stop()
+    assert time.monotonic() - stopping < 8
+    assert [child.poll() for child in children] == [0, 0], "a turn process did not end by itself"

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import signal
 import sys
 import threading
 from multiprocessing.connection import Connection
@@ -18,11 +19,14 @@ from typing import Any
 from fleet_rlm.engine.turn import Turn, TurnOutcome, build_turn
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.status import TurnStatus
+from fleet_rlm.sandbox.tool_calls import ToolError
 from fleet_rlm.service.turn_processes.order import TurnOrder
 from fleet_rlm.service.turn_processes.remote import RemoteBackend, RemoteProposals
 from fleet_rlm.service.turn_processes.wire import Call, Notice, Peer, PeerGone
 
 log = logging.getLogger(__name__)
+
+OBSERVER_METHODS = frozenset({"output", "tool_started", "tool_finished", "warning"})
 
 
 class TurnProcess:
@@ -35,7 +39,8 @@ class TurnProcess:
 
     async def serve(self) -> None:
         self.peer.start()
-        self.peer.notify("ready", "", os.getpid())
+        with contextlib.suppress(PeerGone):  # the Fleet process stopped while this one started
+            self.peer.notify("ready", "", os.getpid())
         await self._closed.wait()
 
     def _on_closed(self) -> None:
@@ -48,9 +53,10 @@ class TurnProcess:
             self.loop.call_soon_threadsafe(self._cancel, notice.turn_id)
         elif notice.kind == "observe":
             found = self.turns.get(notice.turn_id)
-            if found is not None:
-                sandbox_id, method, args = notice.args
-                getattr(found[1].sandbox(sandbox_id).spec.observer, method)(*args)
+            sandbox_id, method, args = notice.args
+            sandbox = found[1].sandbox(sandbox_id) if found is not None else None
+            if sandbox is not None and method in OBSERVER_METHODS:  # else a late report: dropped
+                getattr(sandbox.observer, method)(*args)
 
     def _cancel(self, turn_id: str) -> None:
         found = self.turns.get(turn_id)
@@ -61,12 +67,23 @@ class TurnProcess:
         if call.kind != "tool":
             raise ValueError(f"a turn process answers no {call.kind!r} call")
         found = self.turns.get(call.turn_id)
-        if found is None:
-            raise ValueError(f"no turn {call.turn_id} in this process")
-        sandbox_id, name, args, kwargs = call.args
-        return found[1].sandbox(sandbox_id).serve_tool(name, args, kwargs)
+        sandbox_id, execution, name, args, kwargs = call.args
+        sandbox = found[1].sandbox(sandbox_id) if found is not None else None
+        if sandbox is None:
+            raise ToolError("host tools can only be called while an execution is running")
+        return sandbox.serve_tool(execution, name, args, kwargs)
 
     def _start(self, order: TurnOrder) -> None:
+        try:
+            self._begin(order)
+        except Exception as exc:  # the turn cannot start here (its workspace is unusable, say): it ends
+            log.exception("turn %s could not start in its turn process", order.request.turn_id)
+            self.turns.pop(order.request.turn_id, None)
+            outcome = TurnOutcome(status=TurnStatus.FAILED, error=f"server error: {type(exc).__name__}: {exc}")
+            with contextlib.suppress(PeerGone):
+                self.peer.notify("done", order.request.turn_id, outcome)
+
+    def _begin(self, order: TurnOrder) -> None:
         turn_id = order.request.turn_id
         backend = RemoteBackend(self.peer, turn_id, order.backend_name, order.isolated, order.execution_instructions)
         proposals = RemoteProposals(self.peer, turn_id) if order.remembers else None
@@ -107,6 +124,10 @@ def main() -> None:
     )
     fd, niceness = int(sys.argv[1]), int(sys.argv[2])
     os.nice(niceness)
+    # Ctrl-C or a service manager's SIGTERM to the whole group is the Fleet process's to handle (it
+    # drains its turns); a turn process ends when that process closes the connection, or dies.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
     asyncio.run(_serve(fd))
     os._exit(0)  # the engine's abandoned threads (a cancelled model wait) must not keep it alive
 

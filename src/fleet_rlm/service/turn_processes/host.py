@@ -9,7 +9,6 @@ to the observer the engine gave it.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -58,8 +57,8 @@ class HostedTurn:
         self.backend = backend
         self.proposals = proposals
         self._sandboxes: dict[str, Sandbox] = {}
+        self._volumes: list[Volume] = []
         self._lock = threading.Lock()
-        self._ids = itertools.count(1)
         self._ended = False
 
     def answer(self, kind: str, args: tuple[Any, ...]) -> Any:
@@ -94,11 +93,12 @@ class HostedTurn:
         for sandbox in sandboxes:
             sandbox.interrupt()
 
-    def _create(self, spec: SandboxSpec) -> str:
+    def _create(self, sandbox_id: str, spec: SandboxSpec) -> None:
         with self._lock:
             if self._ended:
                 raise CodeInterpreterError("the turn was cancelled")
-            sandbox_id = f"s{next(self._ids)}"
+            if sandbox_id in self._sandboxes:
+                raise CodeInterpreterError(f"turn {self.turn_id} already has a sandbox {sandbox_id}")
         observed = SandboxSpec(
             spec.workspace, spec.limits, spec.labels, ForwardingObserver(self.peer, self.turn_id, sandbox_id)
         )
@@ -108,27 +108,38 @@ class HostedTurn:
             ended = self._ended
         if ended:
             sandbox.interrupt()
-        return sandbox_id
 
     def _volume(self, directory: Path, limits: SandboxLimits) -> Volume:
-        return self.backend.workspace_volume(directory, limits)
+        volume = self.backend.workspace_volume(directory, limits)
+        with self._lock:
+            self._volumes.append(volume)
+        return volume
+
+    def release_volumes(self) -> None:
+        """Release the child agents' workspace volumes made for the turn (its turn process died before
+        it could); releasing one twice does no harm."""
+        with self._lock:
+            volumes, self._volumes = self._volumes, []
+        for volume in volumes:
+            volume.release()
 
     def _execute(
         self,
         sandbox_id: str,
         sandbox: Sandbox,
+        execution: int,
         code: str,
         variables: dict[str, Any] | None,
         tool_names: list[str],
         output_fields: list[dict[str, Any]] | None,
     ) -> Any:
-        sandbox.tools = {name: self._forwarder(sandbox_id, name) for name in tool_names}
+        sandbox.tools = {name: self._forwarder(sandbox_id, execution, name) for name in tool_names}
         sandbox.output_fields = output_fields
         return sandbox.execute(code, variables)
 
-    def _forwarder(self, sandbox_id: str, name: str) -> Callable[..., Any]:
+    def _forwarder(self, sandbox_id: str, execution: int, name: str) -> Callable[..., Any]:
         def call_in_turn_process(*args: Any, **kwargs: Any) -> Any:
-            return self.peer.call("tool", self.turn_id, sandbox_id, name, list(args), kwargs)
+            return self.peer.call("tool", self.turn_id, sandbox_id, execution, name, list(args), kwargs)
 
         call_in_turn_process.__name__ = name
         return call_in_turn_process

@@ -57,7 +57,14 @@ class ChildProcess:
         ours, theirs = socket.socketpair()
         with ours, theirs:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "fleet_rlm.service.turn_processes.child", str(theirs.fileno()), str(NICENESS)],
+                [
+                    sys.executable,
+                    "-P",
+                    "-m",
+                    "fleet_rlm.service.turn_processes.child",
+                    str(theirs.fileno()),
+                    str(NICENESS),
+                ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
             )
@@ -152,9 +159,19 @@ class RemoteTurn:
         self.child.loop.call_later(CANCEL_GRACE, self._force_stop)
 
     def _force_stop(self) -> None:
-        if not self._done.done():
-            log.warning("turn %s: its turn process did not stop it; its sandboxes are killed", self.turn_id)
-            self.hosted.interrupt_all()
+        if self._done.done():
+            return
+        log.warning("turn %s: its turn process did not stop it; its sandboxes are killed", self.turn_id)
+        self.hosted.interrupt_all()
+        self.child.loop.call_later(CANCEL_GRACE, self._give_up)
+
+    def _give_up(self) -> None:
+        """The turn process still has not ended the cancelled turn: it ends here, without it."""
+        if self._done.done():
+            return
+        log.error("turn %s: its turn process ignores the cancel; the turn ends without it", self.turn_id)
+        self.lost = True
+        self._done.set_result(TurnOutcome(status=TurnStatus.CANCELLED, error="the turn was cancelled"))
 
     async def run(self) -> TurnOutcome:
         self.child.turns[self.turn_id] = self
@@ -169,11 +186,17 @@ class RemoteTurn:
             try:
                 return await asyncio.wait_for(asyncio.shield(self._done), self._deadline)
             except TimeoutError:
-                log.error("turn %s: %r is silent past the turn's deadline; killing it", self.turn_id, self.child)
+                log.error("turn %s: %r has not ended it past its deadline; killing it", self.turn_id, self.child)
                 self.child.kill()
                 return await self._done
+            except asyncio.CancelledError:
+                self.cancel()
+                self.hosted.interrupt_all()
+                raise
         finally:
             self.child.turns.pop(self.turn_id, None)
+            if self.lost:
+                await asyncio.to_thread(self.hosted.release_volumes)
 
     def finished(self, outcome: TurnOutcome) -> None:
         if not self._done.done():

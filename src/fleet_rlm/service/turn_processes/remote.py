@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dspy.primitives import CodeInterpreterError
-
 from fleet_rlm.engine.memory import Proposal
 from fleet_rlm.sandbox.base import SandboxBackend, SandboxLimits, SandboxSpec
+from fleet_rlm.sandbox.output import GuardedObserver
 from fleet_rlm.sandbox.tool_calls import ToolError, invoke
 from fleet_rlm.sandbox.volume import Volume
-from fleet_rlm.service.turn_processes.wire import Peer, PeerGone
+from fleet_rlm.service.turn_processes.wire import CrossedError, Peer, PeerGone
 
 
 class RemoteSandbox:
@@ -30,7 +30,10 @@ class RemoteSandbox:
         self._turn_id = turn_id
         self._spec = spec
         self._isolated = isolated
-        self._serving: tuple[dict[str, Callable[..., Any]], contextvars.Context] | None = None
+        self.observer = GuardedObserver(spec.observer)
+        """Where the Fleet process's reports on this sandbox go (a failure is logged, not raised)."""
+        self._executions = itertools.count(1)
+        self._serving: tuple[int, dict[str, Callable[..., Any]], contextvars.Context] | None = None
 
     @property
     def spec(self) -> SandboxSpec:
@@ -52,23 +55,24 @@ class RemoteSandbox:
 
     def execute(self, code: str, variables: dict[str, Any] | None = None) -> Any:
         tools = dict(self.tools)
-        self._serving = (tools, contextvars.copy_context())
+        execution = next(self._executions)
+        self._serving = (execution, tools, contextvars.copy_context())
         try:
-            return self._call("execute", code, variables, list(tools), self.output_fields)
+            return self._call("execute", execution, code, variables, list(tools), self.output_fields)
         finally:
             self._serving = None
 
-    def serve_tool(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        """Run one tool call the sandbox code made (on the calling thread, in the execution's context);
-        a failure is raised as the text the sandbox code sees."""
+    def serve_tool(self, execution: int, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Run one tool call the sandbox code of ``execution`` made (on the calling thread, in that
+        execution's context); a failure is raised as the text the sandbox code sees."""
         serving = self._serving
-        if serving is None:
+        if serving is None or serving[0] != execution:
             raise ToolError("host tools can only be called while an execution is running")
-        tools, context = serving
+        _, tools, context = serving
         try:
             return context.copy().run(invoke, tools, name, args, kwargs)
-        except ToolError:
-            raise
+        except (ToolError, CrossedError) as exc:
+            raise ToolError(str(exc)) from exc
         except BaseException as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -95,6 +99,7 @@ class RemoteBackend(SandboxBackend):
         self._isolated = isolated
         self._instructions = instructions
         self._lock = threading.Lock()
+        self._ids = itertools.count(1)
         self.sandboxes: dict[str, RemoteSandbox] = {}
 
     @property
@@ -106,23 +111,26 @@ class RemoteBackend(SandboxBackend):
         return self._isolated
 
     def create(self, spec: SandboxSpec) -> RemoteSandbox:
-        crossing = SandboxSpec(spec.workspace, spec.limits, dict(spec.labels))  # the observer stays here
-        sandbox_id = self._peer.call("create", self._turn_id, crossing)
-        sandbox = RemoteSandbox(self._peer, self._turn_id, sandbox_id, spec, self._isolated)
+        # Known here before it exists there: a kept kernel may report output as soon as it is handed out.
+        sandbox = RemoteSandbox(self._peer, self._turn_id, f"s{next(self._ids)}", spec, self._isolated)
         with self._lock:
-            self.sandboxes[sandbox_id] = sandbox
+            self.sandboxes[sandbox.sandbox_id] = sandbox
+        crossing = SandboxSpec(spec.workspace, spec.limits, dict(spec.labels))  # the observer stays here
+        try:
+            self._peer.call("create", self._turn_id, sandbox.sandbox_id, crossing)
+        except BaseException:
+            with self._lock:
+                self.sandboxes.pop(sandbox.sandbox_id, None)
+            raise
         return sandbox
 
     def workspace_volume(self, directory: Path, limits: SandboxLimits) -> Volume:
         volume: Volume = self._peer.call("volume", self._turn_id, directory, limits)
         return volume
 
-    def sandbox(self, sandbox_id: str) -> RemoteSandbox:
+    def sandbox(self, sandbox_id: str) -> RemoteSandbox | None:
         with self._lock:
-            found = self.sandboxes.get(sandbox_id)
-        if found is None:
-            raise CodeInterpreterError(f"no sandbox {sandbox_id} in this turn")
-        return found
+            return self.sandboxes.get(sandbox_id)
 
 
 class RemoteProposals:

@@ -10,8 +10,10 @@ may run a child agent whose sandbox is in the Fleet process again). Errors cross
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -29,13 +31,21 @@ from fleet_rlm.sandbox.base import (
     SandboxCrashed,
     SandboxUnavailable,
 )
+from fleet_rlm.sandbox.local_sandbox import SandboxStartError
 from fleet_rlm.sandbox.tool_calls import ToolError
 
 log = logging.getLogger(__name__)
 
+CLOSE_WAIT = 5.0
+"""How long :meth:`Peer.close` waits for its reader to see the end."""
+
 
 class PeerGone(CodeInterpreterError):  # type: ignore[misc]
     """The other end of the connection closed (its process ended) before answering."""
+
+
+class CrossedError(RuntimeError):
+    """An error of another kind than those that cross as themselves; its text is ``Type: message``."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,14 @@ def to_failure(exc: BaseException) -> Failure:
         return Failure("CodeSyntaxError", str(exc), {"line": exc.line})
     if isinstance(exc, SandboxCrashed):
         return Failure("SandboxCrashed", str(exc), {"cause": exc.cause, "output": exc.output})
-    for kind in (InvalidInterpreterInput, SandboxUnavailable, MemoryRefused, ToolError, CodeInterpreterError):
+    for kind in (
+        SandboxStartError,
+        InvalidInterpreterInput,
+        SandboxUnavailable,
+        MemoryRefused,
+        ToolError,
+        CodeInterpreterError,
+    ):
         if isinstance(exc, kind):
             return Failure(kind.__name__, str(exc))
     return Failure("other", f"{type(exc).__name__}: {exc}")
@@ -98,13 +115,14 @@ def from_failure(failure: Failure) -> Exception:
         crash.output = fields["output"]
         return crash
     simple: dict[str, type[Exception]] = {
+        "SandboxStartError": SandboxStartError,
         "InvalidInterpreterInput": InvalidInterpreterInput,
         "SandboxUnavailable": SandboxUnavailable,
         "MemoryRefused": MemoryRefused,
         "ToolError": ToolError,
         "CodeInterpreterError": CodeInterpreterError,
     }
-    return simple.get(failure.kind, RuntimeError)(failure.text)
+    return simple.get(failure.kind, CrossedError)(failure.text)
 
 
 CallHandler = Callable[[Call], Any]
@@ -168,9 +186,16 @@ class Peer:
                 self._pending.pop(number, None)
 
     def close(self) -> None:
+        """End the connection: both ends' readers see it end (and their waiting calls fail)."""
         with self._send_lock:
             self.closed = True
-            self._connection.close()
+            with contextlib.suppress(OSError):
+                end = socket.socket(fileno=self._connection.fileno())
+                end.shutdown(socket.SHUT_RDWR)
+                end.detach()
+        if self._reader.is_alive() and self._reader is not threading.current_thread():
+            self._reader.join(timeout=CLOSE_WAIT)
+        self._connection.close()
 
     def _read(self) -> None:
         try:
