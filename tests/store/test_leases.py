@@ -9,6 +9,7 @@ import datetime as dt
 import pytest
 from sqlalchemy import update
 
+from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.leases import lapsed
 from fleet_rlm.store import Store
 from fleet_rlm.store.tables import TurnRow, utcnow
@@ -88,3 +89,45 @@ async def test_a_queued_turn_nobody_claimed_is_never_lapsed(store: Store) -> Non
     assert await store.interrupt_turns(lapsed, "lapsed") == []
     assert await store.interrupt_turns(lapsed, "lapsed", lease_lapsed=True) == []
     assert (await store.get_turn(turn_id)).status == "queued"
+
+
+async def a_second_turn_after(store: Store, runner: str, status: TurnStatus, name: str = "kept") -> str:
+    """A session whose first turn ``runner`` ran to ``status``, and its second turn, queued."""
+    session = await store.create_session(name=name)
+    first, _ = await store.create_turn(session.id, "first")
+    await store.claim_turn(runner, 10, turn_id=first.id)
+    await store.mark_running(first.id)
+    await store.finish_turn(first.id, status=status)
+    second, _ = await store.create_turn(session.id, "second")
+    return second.id
+
+
+async def test_a_turn_is_left_to_the_runner_keeping_its_sessions_kernel_for_the_affinity_window(
+    store: Store,
+) -> None:
+    second = await a_second_turn_after(store, "a:1:x", TurnStatus.COMPLETED)
+    assert await store.kernel_holder((await store.get_turn(second)).session_id) == "a:1:x"
+    assert await store.claim_turn("b:1:x", 10, affinity_seconds=60) is None
+    claimed = await store.claim_turn("a:1:x", 10, affinity_seconds=60)
+    assert claimed is not None and claimed.id == second
+
+
+async def test_after_the_window_or_without_one_any_runner_claims_it(store: Store) -> None:
+    second = await a_second_turn_after(store, "a:1:x", TurnStatus.FAILED)
+    assert await store.claim_turn("b:1:x", 10, affinity_seconds=60) is None
+    old = utcnow() - dt.timedelta(seconds=61)
+    async with store.db.write() as session:
+        await session.execute(update(TurnRow).where(TurnRow.id == second).values(created_at=old))
+    claimed = await store.claim_turn("b:1:x", 10, affinity_seconds=60)
+    assert claimed is not None and claimed.id == second
+
+    third = await a_second_turn_after(store, "c:1:x", TurnStatus.COMPLETED, name="other")
+    claimed = await store.claim_turn("b:1:x", 10)
+    assert claimed is not None and claimed.id == third
+
+
+async def test_a_turn_after_an_interrupted_one_goes_to_anyone_at_once(store: Store) -> None:
+    second = await a_second_turn_after(store, "gone:1:x", TurnStatus.INTERRUPTED)
+    assert await store.kernel_holder((await store.get_turn(second)).session_id) is None
+    claimed = await store.claim_turn("b:1:x", 10, affinity_seconds=60)
+    assert claimed is not None and claimed.id == second

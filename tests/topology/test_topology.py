@@ -117,6 +117,25 @@ def test_a_cancel_sent_to_the_other_replica_reaches_the_worker_within_a_second(
     assert replica_b.turn(turn["id"])["status"] == "cancelled"
 
 
+def test_a_sessions_turns_go_to_the_worker_keeping_its_kernel_whichever_replica_takes_them(
+    topology: Topology, model_server: ScriptedModelServer
+) -> None:
+    topology.start()
+    topology.client(0).create_session(name="kept")
+    model_server.script("root", rlm_step("Start.", "x = 1\nSUBMIT(answer=str(x))"))
+    model_server.script("root", *(rlm_step("Add one.", "x += 1\nSUBMIT(answer=str(x))") for _ in range(4)))
+    runners = []
+    for index in range(5):
+        client = topology.client(index % 2)
+        turn = client.submit_turn("kept", f"turn {index}")
+        events = list(client.follow(turn["id"]))
+        assert_whole(events, EventType.TURN_COMPLETED)
+        assert client.turn(turn["id"])["answer"] == str(index + 1)
+        assert not any(e.type is EventType.KERNEL_RESTORED for e in events), "the live kernel was not used"
+        runners.append(topology.runner_of(turn["id"]))
+    assert len(set(runners)) == 1, f"the session's turns moved between workers: {runners}"
+
+
 @pytest.mark.timeout(600)
 def test_a_rolling_restart_of_every_process_loses_no_turn_and_no_event(
     topology: Topology, model_server: ScriptedModelServer

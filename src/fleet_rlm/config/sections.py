@@ -328,6 +328,15 @@ class WorkerSettings(BaseModel):
             "calls), so its event loop is not slowed by them; 0: on its own threads."
         ),
     )
+    kernel_affinity_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description=(
+            "On PostgreSQL, how long a queued turn is left to the process that ran its session's previous "
+            "turn (which keeps the session's kernel) before any process may claim it; 0: no preference."
+        ),
+    )
     file_store: Literal["local", "database"] = Field(
         default="local",
         description=(

@@ -123,6 +123,14 @@ class FleetService(TurnOperations):
         return self._kernels
 
     @property
+    def kernel_affinity_seconds(self) -> float:
+        """How long a queued turn is left to the runner keeping its session's kernel (0: on SQLite,
+        one process runs every turn; and without kernels there is nothing to keep)."""
+        if self.database.is_sqlite or not self.kernels.enabled:
+            return 0.0
+        return self.settings.worker.kernel_affinity_seconds
+
+    @property
     def backend(self) -> SandboxBackend:
         if self._backend is None:
             self._backend = configured_backend(self.settings)
@@ -166,7 +174,12 @@ class FleetService(TurnOperations):
             self.kernels.start()
             limit = self.settings.server.max_running_turns
             self.worker = TurnWorker(
-                self.store, self.runner, limit or None, self.settings.worker.lease_seconds, self._run_claimed
+                self.store,
+                self.runner,
+                limit or None,
+                self.settings.worker.lease_seconds,
+                self._run_claimed,
+                affinity_seconds=self.kernel_affinity_seconds,
             )
         self._leases = LeaseKeeper(
             self.store,

@@ -25,6 +25,7 @@ from fleet_rlm.service.kernels import KernelRegistry
 from fleet_rlm.service.memory import MemoryBook
 from fleet_rlm.service.overrides import check_session_settings, effective_settings
 from fleet_rlm.service.pool import SandboxPool
+from fleet_rlm.service.runners import is_dead
 from fleet_rlm.service.wakeups import Wakeups
 from fleet_rlm.service.worker import TurnWorker
 from fleet_rlm.service.writer import EventJournal
@@ -86,6 +87,10 @@ class TurnOperations(ABC):
     @abstractmethod
     def kernels(self) -> KernelRegistry: ...
 
+    @property
+    @abstractmethod
+    def kernel_affinity_seconds(self) -> float: ...
+
     @abstractmethod
     async def delete_session(self, ref: str) -> SessionRecord: ...
 
@@ -102,8 +107,9 @@ class TurnOperations(ABC):
             check_session_settings(session.settings, self.settings.server.ceilings)
         except Invalid as exc:
             raise Invalid(f"this session's {exc.message}; change it with PATCH", code=exc.code) from exc
-        # Run here at once when this process has room; otherwise queued for whichever worker has room first.
-        here = self.worker is not None and self.worker.reserve()
+        # Run here at once when this process has room and no other live process keeps the session's
+        # kernel; otherwise queued for that process, or whichever has room first.
+        here = self.worker is not None and await self._kernel_here_or_nowhere(session.id) and self.worker.reserve()
         try:
             turn, created = await self.store.create_turn(
                 session.id,
@@ -125,6 +131,12 @@ class TurnOperations(ABC):
             else:
                 self.worker.release()
         return turn, created
+
+    async def _kernel_here_or_nowhere(self, session_id: str) -> bool:
+        if not self.kernel_affinity_seconds:
+            return True
+        holder = await self.store.kernel_holder(session_id)
+        return holder is None or holder == self.runner or is_dead(holder, self.runner)
 
     async def _run_claimed(self, turn: TurnRecord) -> None:
         """Run a turn this process's worker claimed (its room already taken)."""

@@ -29,11 +29,14 @@ class TurnWorker:
         capacity: int | None,
         lease_seconds: float,
         run: Callable[[TurnRecord], Awaitable[None]],
+        affinity_seconds: float = 0.0,
     ) -> None:
         self.store = store
         self.runner = runner
         self.capacity = capacity
         self.lease_seconds = lease_seconds
+        self.affinity_seconds = affinity_seconds
+        """How long a turn whose session's kernel another runner keeps is left to that runner."""
         self._run = run
         self.held = 0
         """Turns this process runs or is about to run."""
@@ -75,7 +78,9 @@ class TurnWorker:
         while self.reserve():
             started = False
             try:
-                turn = await self.store.claim_turn(self.runner, self.lease_seconds)
+                turn = await self.store.claim_turn(
+                    self.runner, self.lease_seconds, affinity_seconds=self.affinity_seconds
+                )
                 if turn is None:
                     return
                 await self._run(turn)

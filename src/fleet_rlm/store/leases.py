@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import exists, or_, select, update
+from sqlalchemy.orm import aliased
 
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
 from fleet_rlm.store.base import StoreBase
@@ -26,13 +28,35 @@ def lease_end(seconds: float) -> dt.datetime:
     return utcnow() + dt.timedelta(seconds=seconds)
 
 
+def held_elsewhere(runner: str) -> Any:
+    """Whether the previous turn of a turn's session ran on a runner other than ``runner`` and ended
+    other than interrupted (a condition on ``TurnRow``)."""
+    previous = aliased(TurnRow)
+    return exists().where(
+        previous.session_id == TurnRow.session_id,
+        previous.position == TurnRow.position - 1,
+        previous.runner.is_not(None),
+        previous.runner != runner,
+        previous.status != TurnStatus.INTERRUPTED,
+    )
+
+
 class LeaseQueries(StoreBase):
-    async def claim_turn(self, runner: str, lease_seconds: float, *, turn_id: str | None = None) -> TurnRecord | None:
+    async def claim_turn(
+        self, runner: str, lease_seconds: float, *, turn_id: str | None = None, affinity_seconds: float = 0.0
+    ) -> TurnRecord | None:
         """Claim the oldest queued turn no process has claimed (or the turn ``turn_id``, if it is such a
-        turn) for ``runner``; None when there is none."""
+        turn) for ``runner``; None when there is none.
+
+        With ``affinity_seconds``, a turn whose session's previous turn another runner ran (and did not
+        leave interrupted: that runner likely holds the session's kernel) is left to that runner for
+        that long after it was queued; then anyone may claim it."""
         unclaimed = [TurnRow.status == TurnStatus.QUEUED, TurnRow.runner.is_(None)]
         if turn_id is not None:
             unclaimed.append(TurnRow.id == turn_id)
+        if affinity_seconds > 0:
+            waited = TurnRow.created_at <= utcnow() - dt.timedelta(seconds=affinity_seconds)
+            unclaimed.append(or_(waited, ~held_elsewhere(runner)))
         # An idle worker asks every second: a read finds nothing to claim without taking a write lock
         # (SQLite's one) or a transaction that locks rows.
         async with self.db.read() as session:
@@ -52,6 +76,22 @@ class LeaseQueries(StoreBase):
             row.runner = runner
             row.lease_expires_at = lease_end(lease_seconds)
             return TurnRecord.of(row)
+
+    async def kernel_holder(self, session_id: str) -> str | None:
+        """The runner that ran the session's last turn, unless that turn ended interrupted (its runner
+        likely keeps the session's kernel); None: no such runner."""
+        query = (
+            select(TurnRow.runner, TurnRow.status)
+            .where(TurnRow.session_id == session_id)
+            .order_by(TurnRow.position.desc())
+            .limit(1)
+        )
+        async with self.db.read() as session:
+            last = (await session.execute(query)).first()
+        if last is None or last.status is TurnStatus.INTERRUPTED:
+            return None
+        holder: str | None = last.runner
+        return holder
 
     async def renew_leases(self, runner: str, turn_ids: Collection[str], lease_seconds: float) -> set[str]:
         """Extend ``runner``'s leases on ``turn_ids``; returns those of them a cancel was asked for."""
