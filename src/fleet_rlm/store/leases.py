@@ -78,11 +78,11 @@ class LeaseQueries(StoreBase):
             return TurnRecord.of(row)
 
     async def kernel_holder(self, session_id: str) -> str | None:
-        """The runner that ran the session's last turn, unless that turn ended interrupted (its runner
-        likely keeps the session's kernel); None: no such runner."""
+        """The runner that ran the session's last ended turn, unless that turn ended interrupted (its
+        runner likely keeps the session's kernel); None: no such runner."""
         query = (
             select(TurnRow.runner, TurnRow.status)
-            .where(TurnRow.session_id == session_id)
+            .where(TurnRow.session_id == session_id, TurnRow.status.not_in(ACTIVE_STATUSES))
             .order_by(TurnRow.position.desc())
             .limit(1)
         )
