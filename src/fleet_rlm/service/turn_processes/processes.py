@@ -4,7 +4,7 @@ Each is a long-lived Python process (started once, so a turn pays no interpreter
 that runs the engines of several turns on its threads; a turn goes to the one running the fewest.
 They run at a lower CPU priority (:data:`NICENESS`), so this process's event loop (events to
 followers and the database, leases, claims) is served first. A turn process that dies fails its
-turns (their sandboxes are killed here) and is replaced; one that stops answering past a turn's
+turns (their sandboxes are killed here) and is replaced; one that has not ended a turn 30 s past its
 deadline is killed.
 """
 
@@ -41,7 +41,7 @@ CANCEL_GRACE = 2.0
 RESPAWN_DELAY = 5.0
 """How long after a turn process died before it was ready another is started."""
 WEDGED_GRACE = 30.0
-"""Past a turn's deadline, how long its turn process may stay silent before it is killed."""
+"""Past a turn's deadline, how long its turn process may take to end it before it is killed."""
 
 
 class TurnProcessGone(RuntimeError):
