@@ -23,13 +23,22 @@ the database's schema: ``0`` is ``fleet serve`` running its turns itself; ``N`` 
 event-lag ratios against the first topology listed. Memory figures cover the API process's tree only.
 ``--turn-processes`` crosses each topology with ``worker.turn_processes`` values (0: engines on the
 threads of the process that runs turns; N: in N turn processes of each such process), also on SQLite.
+``--code before=/tmp/old/src,after=src`` crosses them with source trees (each run with that tree first on
+PYTHONPATH, e.g. a ``git worktree`` of an earlier commit), to compare a change side by side in one run.
+
+The scripted model and the memory sampler run in processes of their own, so the load client's event
+loop (which stamps each receipt) never waits for their interpreter lock; everything still shares the
+machine's cores. Lag is also reported per event type, and CPU seconds over the load per part: the
+server process, its turn processes, and the whole machine (from /proc/stat).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import multiprocessing
 import os
 import re
 import socket
@@ -37,13 +46,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from fleet_rlm.models.scripted import ScriptedModel, ScriptedModelServer, rlm_step
 from fleet_rlm.sandbox.base import SandboxLimits
@@ -75,6 +84,7 @@ class TurnTiming:
     first_emitted: float = 0.0
     finished: float = 0.0
     lags: list[float] = field(default_factory=list)
+    lag_types: list[str] = field(default_factory=list)
     events: int = 0
     iterations: int = 0
     terminal: str = ""
@@ -89,14 +99,17 @@ def percentile(values: list[float], share: float) -> float:
 
 
 class MemorySampler:
-    """Peak RSS of a process and of its whole process tree, sampled from /proc."""
+    """Peak RSS of a process and of its whole process tree, sampled from /proc every ``interval`` seconds
+    in a process of its own (scanning /proc takes CPU the load client's event loop should not wait on)."""
 
     def __init__(self, pid: int, interval: float = 0.05) -> None:
         self.pid = pid
         self.interval = interval
         self.peak_tree_kb = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        context = multiprocessing.get_context("fork")
+        self._stop = context.Event()
+        self._result, self._send = context.Pipe(duplex=False)
+        self._process = context.Process(target=self._run, daemon=True)
 
     def _tree_rss_kb(self) -> int:
         children: dict[int, list[int]] = {}
@@ -121,25 +134,65 @@ class MemorySampler:
         return total
 
     def _run(self) -> None:
+        peak = 0
         while not self._stop.is_set():
-            self.peak_tree_kb = max(self.peak_tree_kb, self._tree_rss_kb())
+            peak = max(peak, self._tree_rss_kb())
             self._stop.wait(self.interval)
+        self._send.send(peak)
 
     def start(self) -> None:
-        self._thread.start()
+        self._process.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time of the server process itself (its sandboxes not included)."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        self.peak_tree_kb = self._result.recv()
+        self._process.join()
 
     def process_peak_kb(self) -> int:
         match = re.search(r"VmHWM:\s+(\d+)", Path(f"/proc/{self.pid}/status").read_text())
         return int(match[1]) if match else 0
+
+
+class ModelProcess:
+    """The scripted model in a process of its own, standing in for a provider on another machine: its
+    request handling must not hold the load client's interpreter lock while the client stamps receipts."""
+
+    def __init__(self, iterations: int, delay: float) -> None:
+        context = multiprocessing.get_context("fork")
+        self._address, self._send = context.Pipe(duplex=False)
+        self._stop = context.Event()
+        self._process = context.Process(target=self._serve, args=(iterations, delay), daemon=True)
+        self.base_url = ""
+
+    def _serve(self, iterations: int, delay: float) -> None:
+        with ScriptedModelServer(ScriptedModel(default=responder(iterations, delay))) as server:
+            self._send.send(server.base_url)
+            self._stop.wait()
+
+    def __enter__(self) -> ModelProcess:
+        self._process.start()
+        self.base_url = self._address.recv()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._process.join(timeout=10)
+
+
+def cpu_by_part(server_pid: int) -> dict[str, float]:
+    """CPU seconds used so far by the server process, by its turn processes (alive now), and by the whole
+    machine (busy time of all cores, /proc/stat)."""
+    server = psutil.Process(server_pid)
+    own = server.cpu_times()
+    turn_processes = 0.0
+    for child in server.children():
+        with contextlib.suppress(psutil.Error):
+            if "turn_processes.child" in " ".join(child.cmdline()):
+                times = child.cpu_times()
+                turn_processes += times.user + times.system
+    machine = psutil.cpu_times()
+    busy = machine.user + machine.nice + machine.system + machine.irq + machine.softirq + machine.steal
+    return {"server": own.user + own.system, "turn processes": turn_processes, "machine": busy}
 
 
 def free_port() -> int:
@@ -162,6 +215,7 @@ async def run_turn(client: httpx.AsyncClient, session_id: str, timing: TurnTimin
                 timing.first_emitted = float(event["ts"])
             timing.events += 1
             timing.lags.append(now - float(event["ts"]))
+            timing.lag_types.append(event["type"])
             if event["type"] == "iteration.started":
                 timing.iterations += 1
             if event["type"] in ("turn.completed", "turn.failed", "turn.cancelled", "turn.interrupted"):
@@ -281,6 +335,10 @@ def main() -> int:
         "(needs --database-url on PostgreSQL)",
     )
     parser.add_argument(
+        "--code",
+        help="source trees to compare, as LABEL=DIR pairs separated by commas (default: the installed package)",
+    )
+    parser.add_argument(
         "--turn-processes",
         help="worker.turn_processes values to compare, e.g. 0,2 (default: the setting's default)",
     )
@@ -291,17 +349,23 @@ def main() -> int:
     )
     if args.workers and not (args.database_url or "").startswith("postgresql"):
         parser.error("--workers needs --database-url postgresql+asyncpg://...")
-    combinations = [(workers, processes) for workers in worker_counts for processes in process_counts]
+    trees: list[tuple[str, str] | None] = [None]
+    if args.code:
+        pairs = [part.partition("=") for part in args.code.split(",")]
+        if any(not label or not tree for label, _, tree in pairs):
+            parser.error("--code takes LABEL=DIR pairs separated by commas")
+        trees = [(label, tree) for label, _, tree in pairs]
+    combinations = [(w, p, t) for t in trees for w in worker_counts for p in process_counts]
     if len(combinations) == 1:
-        report = measure(args, workers=worker_counts[0], turn_processes=process_counts[0])
+        report = measure(args, workers=worker_counts[0], turn_processes=process_counts[0], code=trees[0])
         print(json.dumps(report, indent=2))
         return 0 if report["outcomes"] == ["turn.completed"] else 1
     reports = []
-    for workers, processes in combinations:
+    for index, (workers, processes, tree) in enumerate(combinations):
         database = None
         if args.workers:
-            database = fresh_database(args.database_url, f"fleet_load_bench_{workers}_{processes or 0}")
-        report = measure(args, workers=workers, turn_processes=processes, database_url=database)
+            database = fresh_database(args.database_url, f"fleet_load_bench_{index}")
+        report = measure(args, workers=workers, turn_processes=processes, database_url=database, code=tree)
         reports.append(report)
         print(json.dumps(report, indent=2))
     base = reports[0]
@@ -331,14 +395,22 @@ def main() -> int:
 
 
 def measure(
-    args: argparse.Namespace, *, workers: int | None, turn_processes: int | None = None, database_url: str | None = None
+    args: argparse.Namespace,
+    *,
+    workers: int | None,
+    turn_processes: int | None = None,
+    database_url: str | None = None,
+    code: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """One topology under the load: ``workers`` None or 0, the server runs turns; N, N worker processes;
-    ``turn_processes``: the processes that run turns run their engines in that many turn processes."""
+    ``turn_processes``: the processes that run turns run their engines in that many turn processes;
+    ``code``: (label, source tree) the processes import fleet_rlm from."""
     database_url = database_url or args.database_url
 
-    model = ScriptedModel(default=responder(args.iterations, args.delay))
-    with ScriptedModelServer(model) as model_server, tempfile.TemporaryDirectory(prefix="fleet-load-") as home:
+    with (
+        ModelProcess(args.iterations, args.delay) as model_server,
+        tempfile.TemporaryDirectory(prefix="fleet-load-") as home,
+    ):
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
         env.update(
@@ -362,6 +434,8 @@ def measure(
             env["FLEET_WORKER_IN_SERVER"] = "false"
         if turn_processes is not None:
             env["FLEET_WORKER_TURN_PROCESSES"] = str(turn_processes)
+        if code is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(code[1]).resolve()), env.get("PYTHONPATH")]))
         log = Path(home) / "server.log"
         server = start_process([sys.executable, "-m", "fleet_rlm.api.server", "--port", str(port)], env, log)
         worker_logs = [Path(home) / f"worker-{index}.log" for index in range(workers or 0)]
@@ -374,12 +448,12 @@ def measure(
                 raise RuntimeError("the server did not start")
             wait_workers(worker_logs)
             sampler = MemorySampler(server.pid)
-            cpu_before = sampler.cpu_seconds()
+            cpu_before = cpu_by_part(server.pid)
             sampler.start()
             timings = asyncio.run(load(base_url, args.sessions))
             sampler.stop()
             server_peak_kb = sampler.process_peak_kb()
-            server_cpu = sampler.cpu_seconds() - cpu_before
+            cpu = {part: round(after - cpu_before[part], 2) for part, after in cpu_by_part(server.pid).items()}
         finally:
             for process in [server, *worker_processes]:
                 process.terminate()
@@ -392,9 +466,14 @@ def measure(
     first = [t.first_event - t.submitted for t in timings]
     emitted = [t.first_emitted - t.submitted for t in timings]
     lags = [lag for t in timings for lag in t.lags]
+    lags_by_type: dict[str, list[float]] = {}
+    for t in timings:
+        for kind, lag in zip(t.lag_types, t.lags, strict=True):
+            lags_by_type.setdefault(kind, []).append(lag)
     warm, cold = pool_latency(args.pool_repeats)
     report = {
-        "topology": (f"api + {workers} workers" if workers else "fleet serve (turns in the server)")
+        "topology": (f"{code[0]}: " if code is not None else "")
+        + (f"api + {workers} workers" if workers else "fleet serve (turns in the server)")
         + (f", {turn_processes} turn processes each" if turn_processes is not None else ""),
         "sessions": args.sessions,
         "iterations_per_turn": args.iterations,
@@ -412,7 +491,13 @@ def measure(
         "first_event_emitted_p50_ms": round(percentile(emitted, 0.5) * 1000, 1),
         "event_lag_p50_ms": round(percentile(lags, 0.5) * 1000, 1),
         "event_lag_p99_ms": round(percentile(lags, 0.99) * 1000, 1),
-        "server_cpu_seconds": round(server_cpu, 2),
+        "event_lag_p50_p99_ms_by_type": {
+            kind: [round(percentile(values, 0.5) * 1000, 1), round(percentile(values, 0.99) * 1000, 1)]
+            for kind, values in sorted(lags_by_type.items())
+        },
+        "server_cpu_seconds": cpu["server"],
+        "turn_processes_cpu_seconds": cpu["turn processes"],
+        "machine_busy_cpu_seconds": cpu["machine"],
         "server_peak_rss_mb": round(server_peak_kb / 1024, 1),
         "server_and_sandboxes_peak_rss_mb": round(sampler.peak_tree_kb / 1024, 1),
         "pool_acquire_to_first_execution_warm_ms": round(warm * 1000, 2),

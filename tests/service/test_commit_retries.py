@@ -25,7 +25,7 @@ async def test_a_transient_commit_failure_is_retried(
     service: FleetService, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     failing = FailingCalls(failures=1)
-    monkeypatch.setattr(service.store, "finish_turn", failing.wrap(service.store.finish_turn))
+    monkeypatch.setattr(service.store, "finish_turns", failing.wrap(service.store.finish_turns))
     await service.create_session(name="retry")
     model_server.script("root", ANSWER)
     turn, _ = await service.submit_turn("retry", TurnSubmission(message="the answer"))
@@ -49,7 +49,7 @@ async def test_a_persistent_commit_failure_surfaces_and_the_lapsed_lease_closes_
     await first.start()
     try:
         failing = FailingCalls(failures=None)
-        monkeypatch.setattr(first.store, "finish_turn", failing.wrap(first.store.finish_turn))
+        monkeypatch.setattr(first.store, "finish_turns", failing.wrap(first.store.finish_turns))
         await first.create_session(name="stuck")
         model_server.script("root", ANSWER)
         turn, _ = await first.submit_turn("stuck", TurnSubmission(message="the answer"))

@@ -3,13 +3,18 @@ database that will not take them never loses them (the turn's final commit gets 
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from fleet_rlm.engine.emitter import EventEmitter
-from fleet_rlm.protocol.events import Event
+from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.protocol.payloads import TurnWarning
+from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.writer import EventJournal
-from fleet_rlm.store import Store
+from fleet_rlm.store import Conflict, Store, TurnEnd, TurnRecord
 from fleet_rlm.testing.faults import FailingCalls
 
 pytestmark = pytest.mark.anyio
@@ -139,3 +144,77 @@ async def test_a_failing_follower_does_not_hold_up_the_others(store: Store) -> N
 
     assert seqs(published) == [1, 3]
     assert seqs(await store.events_after(turn)) == [1, 2, 3]
+
+
+def ending(turn_id: str, seq: int, answer: str) -> TurnEnd:
+    terminal = Event(EventType.TURN_COMPLETED, seq, turn_id, time.time(), "span_root", None, {"answer": answer})
+    return TurnEnd(turn_id, TurnStatus.COMPLETED, answer=answer, events=[terminal])
+
+
+async def test_turns_ending_together_commit_together_after_their_events(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commits: list[tuple[int, int]] = []
+    finish_turns = store.finish_turns
+
+    async def counting(ends: list[TurnEnd], *, events: list[Event]) -> list[object]:
+        commits.append((len(ends), len(events)))
+        return await finish_turns(ends, events=events)
+
+    monkeypatch.setattr(store, "finish_turns", counting)
+    journal = EventJournal(store)
+    turns = [await new_turn(store) for _ in range(4)]
+    published: list[Event] = []
+    for turn in turns:
+        for event in warnings_of(turn, 3):
+            journal.put(event, published.append)
+    try:
+        ended = await asyncio.gather(*(journal.finish(ending(t, 4, f"answer {i}")) for i, t in enumerate(turns)))
+    finally:
+        await journal.close()
+
+    assert [ends for ends, _ in commits] == [4]  # one transaction ended all four
+    assert [(t.status, t.answer) for t in ended] == [("completed", f"answer {i}") for i in range(4)]
+    assert len(published) == 12  # each event was followed before its turn's end returned
+    for turn in turns:
+        assert seqs(await store.events_after(turn)) == [1, 2, 3, 4]
+        assert (await store.get_turn(turn)).status == "completed"
+
+
+async def test_a_turn_that_already_ended_is_refused_without_holding_back_the_others(store: Store) -> None:
+    journal = EventJournal(store)
+    gone, live = await new_turn(store), await new_turn(store)
+    await store.finish_turn(gone, status=TurnStatus.INTERRUPTED, error="its process died")
+    try:
+        refused, ended = await asyncio.gather(
+            journal.finish(ending(gone, 1, "late")), journal.finish(ending(live, 1, "in time")), return_exceptions=True
+        )
+    finally:
+        await journal.close()
+
+    assert isinstance(refused, Conflict) and refused.code == "turn_not_active"
+    assert (await store.get_turn(gone)).status == "interrupted"
+    assert isinstance(ended, TurnRecord) and (ended.status, ended.answer) == ("completed", "in time")
+    assert seqs(await store.events_after(gone)) == []
+
+
+async def test_an_end_the_database_refuses_is_raised_and_the_events_with_it_are_stored_alone(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = FailingCalls(failures=1)
+    monkeypatch.setattr(store, "finish_turns", failing.wrap(store.finish_turns))
+    journal = EventJournal(store)
+    turn = await new_turn(store)
+    published: list[Event] = []
+    for event in warnings_of(turn, 2):
+        journal.put(event, published.append)
+    try:
+        with pytest.raises(OperationalError):
+            await journal.finish(ending(turn, 3, "lost"))
+        assert await journal.flush(turn) == []  # its events were stored without the end
+    finally:
+        await journal.close()
+
+    assert seqs(published) == [1, 2]
+    assert seqs(await store.events_after(turn)) == [1, 2]
+    assert (await store.get_turn(turn)).status == "queued"  # the caller retries its end alone

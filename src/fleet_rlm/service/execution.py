@@ -18,7 +18,7 @@ import asyncio
 import io
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tenacity import (
     AsyncRetrying,
@@ -44,7 +44,7 @@ from fleet_rlm.service.programs import served_program
 from fleet_rlm.service.replays import capture
 from fleet_rlm.service.storable import make_storable
 from fleet_rlm.service.writer import EventJournal
-from fleet_rlm.store import Conflict, FileChanges, FileRecord, SessionRecord, Store, TurnRecord
+from fleet_rlm.store import Conflict, FileChanges, FileRecord, NotFound, SessionRecord, Store, TurnEnd, TurnRecord
 
 log = logging.getLogger(__name__)
 
@@ -233,9 +233,20 @@ class TurnExecution:
         if terminal is None or terminal.type is not outcome.status.terminal_event:
             terminal = self._own_terminal(outcome)
         terminal = make_storable(outcome, terminal)
-        unwritten = await self.journal.flush(self.turn_id)
+        end = TurnEnd(
+            self.turn_id,
+            outcome.status,
+            answer=outcome.answer,
+            answer_source=outcome.answer_source,
+            unverified_reason=outcome.unverified_reason,
+            error=outcome.error,
+            usage=outcome.usage,
+            artifacts=outcome.artifacts,
+            events=[terminal],
+            files=changes,
+        )
         try:
-            await self._finish_with_retries(outcome, [*unwritten, terminal], changes)
+            await self._finish_with_retries(end)
         except Conflict as exc:
             log.warning("turn %s: %s", self.turn_id, exc)
         except Exception:
@@ -257,22 +268,24 @@ class TurnExecution:
             data=payload.to_data(),
         )
 
-    async def _finish_with_retries(
-        self, outcome: TurnOutcome, events: list[Event], changes: FileChanges | None
-    ) -> None:
-        await commit_retrying(self.turn_id)(
-            self.store.finish_turn,
-            self.turn_id,
-            status=outcome.status,
-            answer=outcome.answer,
-            answer_source=outcome.answer_source,
-            unverified_reason=outcome.unverified_reason,
-            error=outcome.error,
-            usage=outcome.usage,
-            artifacts=outcome.artifacts,
-            events=events,
-            files=changes,
-        )
+    async def _finish_with_retries(self, end: TurnEnd) -> None:
+        """The end goes into the journal's next group commit; if that fails, the turn commits alone,
+        with its events the journal could not store, retried by :func:`commit_retrying`."""
+        try:
+            await self.journal.finish(end)
+            return
+        except (Conflict, NotFound):
+            raise
+        except Exception:
+            log.warning("turn %s: its end was not stored with the others; committing it alone", self.turn_id)
+        unwritten = await self.journal.flush(self.turn_id)
+        alone = replace(end, events=[*unwritten, *end.events])
+        await commit_retrying(self.turn_id)(self._finish_alone, alone)
+
+    async def _finish_alone(self, end: TurnEnd) -> None:
+        (result,) = await self.store.finish_turns([end])
+        if isinstance(result, Exception):
+            raise result
 
 
 def commit_retrying(turn_id: str) -> AsyncRetrying:

@@ -11,6 +11,7 @@ from fleet_rlm.store.records import (
     ProgramRecord,
     ReplayRecord,
     SessionRecord,
+    TurnEnd,
     TurnRecord,
 )
 from fleet_rlm.store.store import Store
@@ -31,6 +32,7 @@ __all__ = [
     "Store",
     "StoreError",
     "TooLarge",
+    "TurnEnd",
     "TurnRecord",
     "database_url",
 ]

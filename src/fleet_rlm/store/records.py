@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self, cast
 
+from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.status import TurnStatus
 
 
@@ -133,6 +135,23 @@ class FileChanges:
 
     upserts: list[FileRecord] = field(default_factory=list)
     deletions: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """How a turn ended, committed at once by :meth:`fleet_rlm.store.Store.finish_turn`: its final status,
+    answer, usage, artifacts, its last events (the terminal one among them) and its file changes."""
+
+    turn_id: str
+    status: TurnStatus
+    answer: str | None = None
+    answer_source: str | None = None
+    unverified_reason: str | None = None
+    error: str | None = None
+    usage: dict[str, Any] | None = None
+    artifacts: list[dict[str, Any]] | None = None
+    events: Sequence[Event] = ()
+    files: FileChanges | None = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Fleet's durable state: the queries and transactions over :mod:`fleet_rlm.store.tables`.
 
 Every method is one transaction. A turn is created ``queued``, becomes ``running``, and ends in
-:meth:`Store.finish_turn`, which commits its status, answer, terminal event and file changes at
-once, so a crash never leaves half a turn behind; :meth:`Store.interrupt_turns` closes turns whose
+:meth:`Store.finish_turn` (or :meth:`Store.finish_turns`, several at once), which commits its status,
+answer, terminal event and file changes at once, so a crash never leaves half a turn behind; :meth:`Store.interrupt_turns` closes turns whose
 process died.
 """
 
@@ -21,14 +21,22 @@ from fleet_rlm.protocol.ids import SESSION_ID_PREFIX, is_session_id, new_session
 from fleet_rlm.protocol.payloads import TurnInterrupted
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, FINAL_STATUSES, TurnStatus
 from fleet_rlm.store.base import event_row
-from fleet_rlm.store.errors import Conflict, Invalid, NotFound
+from fleet_rlm.store.errors import Conflict, Invalid, NotFound, StoreError
 from fleet_rlm.store.evaluation import EvalQueries
 from fleet_rlm.store.events import EventQueries
 from fleet_rlm.store.files import FileQueries
 from fleet_rlm.store.leases import LeaseQueries, lease_end
 from fleet_rlm.store.memory import MemoryQueries
 from fleet_rlm.store.notify import Channel, notify
-from fleet_rlm.store.records import FileChanges, FileRecord, MemoryRecord, SessionRecord, TurnRecord, row_values
+from fleet_rlm.store.records import (
+    FileChanges,
+    FileRecord,
+    MemoryRecord,
+    SessionRecord,
+    TurnEnd,
+    TurnRecord,
+    row_values,
+)
 from fleet_rlm.store.tables import EventRow, SessionRow, TurnRow, utcnow
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -281,29 +289,73 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         Raises ``turn_not_active`` (and commits nothing) when the turn already ended, e.g. because
         start-up reconciliation marked it interrupted.
         """
-        if status not in FINAL_STATUSES:
-            raise Invalid(f"{status!r} is not a final turn status")
+        end = TurnEnd(
+            turn_id,
+            status,
+            answer=answer,
+            answer_source=answer_source,
+            unverified_reason=unverified_reason,
+            error=error,
+            usage=usage,
+            artifacts=artifacts,
+            events=events,
+            files=files,
+        )
+        (result,) = await self.finish_turns([end])
+        if isinstance(result, StoreError):
+            raise result
+        return result
+
+    async def finish_turns(
+        self, ends: Sequence[TurnEnd], *, events: Sequence[Event] = ()
+    ) -> list[TurnRecord | Conflict | NotFound]:
+        """Store ``events`` (of any turns) and end each turn of ``ends``, all in one transaction (the
+        group commit of the turns of a process that end together). Each end's result is its turn as
+        ended, or the error that left it alone: ``NotFound``, or ``turn_not_active`` when it already
+        ended. Any other error rolls everything back."""
+        for end in ends:
+            if end.status not in FINAL_STATUSES:
+                raise Invalid(f"{end.status!r} is not a final turn status")
+        results: list[TurnRecord | Conflict | NotFound] = []
+        rows_to_insert = [event_row(e) for e in events]
+        sessions: set[str] = set()
+        now = utcnow()
         async with self.db.write() as session:
-            row = await session.get(TurnRow, turn_id, with_for_update=True)
-            if row is None:
-                raise NotFound("turn", turn_id)
-            if row.status not in ACTIVE_STATUSES:
-                raise Conflict(f"turn {turn_id} already ended as {row.status}", code="turn_not_active")
-            row.status = status
-            row.answer = answer
-            row.answer_source = answer_source
-            row.unverified_reason = unverified_reason
-            row.error = error
-            row.usage = dict(usage or {})
-            row.artifacts = list(artifacts or [])
-            row.finished_at = utcnow()
-            if events:
-                await session.execute(insert(EventRow), [event_row(e) for e in events])
-            if files is not None:
-                await self._apply_file_changes(session, row.session_id, files, turn_id)
-            await self._touch_session(session, row.session_id)
-            await notify(self.db, session, Channel.EVENTS, [turn_id])
-        return TurnRecord.of(row)
+            # A statement for all the turns rather than one each: under load every round trip to the
+            # database waits for a busy event loop.
+            ids = [end.turn_id for end in ends]
+            locked = select(TurnRow).where(TurnRow.id.in_(ids)).order_by(TurnRow.id).with_for_update()
+            rows = {row.id: row for row in (await session.execute(locked)).scalars()} if ids else {}
+            for end in ends:
+                row = rows.get(end.turn_id)
+                if row is None:
+                    results.append(NotFound("turn", end.turn_id))
+                    continue
+                if row.status not in ACTIVE_STATUSES:
+                    results.append(
+                        Conflict(f"turn {end.turn_id} already ended as {row.status}", code="turn_not_active")
+                    )
+                    continue
+                row.status = end.status
+                row.answer = end.answer
+                row.answer_source = end.answer_source
+                row.unverified_reason = end.unverified_reason
+                row.error = end.error
+                row.usage = dict(end.usage or {})
+                row.artifacts = list(end.artifacts or [])
+                row.finished_at = now
+                rows_to_insert.extend(event_row(e) for e in end.events)
+                if end.files is not None:
+                    await self._apply_file_changes(session, row.session_id, end.files, end.turn_id)
+                sessions.add(row.session_id)
+                results.append(TurnRecord.of(row))
+            if rows_to_insert:
+                await session.execute(insert(EventRow), rows_to_insert)
+            if sessions:
+                await session.execute(update(SessionRow).where(SessionRow.id.in_(sessions)).values(updated_at=now))
+            ended = [r.id for r in results if isinstance(r, TurnRecord)]
+            await notify(self.db, session, Channel.EVENTS, [*{e.turn_id for e in events}, *ended])
+        return results
 
     async def interrupt_turns(
         self, should_interrupt: Callable[[TurnRecord], bool], reason: str, *, lease_lapsed: bool = False
