@@ -4,6 +4,9 @@ active until its lease lapses (the process no longer holds it), when it is close
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
@@ -11,7 +14,7 @@ from fleet_rlm.protocol.events import EventType
 from fleet_rlm.service.leases import LAPSED_REASON
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
-from fleet_rlm.store import Database
+from fleet_rlm.store import Database, Store, TurnCommit
 from fleet_rlm.testing.faults import FailingCalls
 
 from .conftest import SettingsFactory
@@ -21,11 +24,23 @@ pytestmark = pytest.mark.anyio
 ANSWER = rlm_step("Answer.", "SUBMIT(answer='forty-two')")
 
 
+def failing_ends(store: Store, failing: FailingCalls) -> Callable[..., Awaitable[TurnCommit]]:
+    """``store.commit_turns`` whose commits that end a turn fail as ``failing`` says (the group commit
+    and the turn's own retries alike)."""
+    commit = store.commit_turns
+    failing_commit = failing.wrap(commit)
+
+    async def commit_turns(**parts: Any) -> TurnCommit:
+        return await (failing_commit if parts.get("ends") else commit)(**parts)
+
+    return commit_turns
+
+
 async def test_a_transient_commit_failure_is_retried(
     service: FleetService, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     failing = FailingCalls(failures=1)
-    monkeypatch.setattr(service.store, "finish_turns", failing.wrap(service.store.finish_turns))
+    monkeypatch.setattr(service.store, "commit_turns", failing_ends(service.store, failing))
     await service.create_session(name="retry")
     model_server.script("root", ANSWER)
     turn, _ = await service.submit_turn("retry", TurnSubmission(message="the answer"))
@@ -33,7 +48,7 @@ async def test_a_transient_commit_failure_is_retried(
     events = [e async for e in await service.events(turn.id) if e is not None]
     done = await service.wait_for_turn(turn.id)
 
-    assert failing.calls == 2
+    assert failing.calls == 2  # the group commit, then the turn's own
     assert events[-1].type is EventType.TURN_COMPLETED
     assert (done.status, done.answer) == ("completed", "forty-two")
     stored = await service.store.events_after(turn.id)
@@ -49,7 +64,7 @@ async def test_a_persistent_commit_failure_surfaces_and_the_lapsed_lease_closes_
     await first.start()
     try:
         failing = FailingCalls(failures=None)
-        monkeypatch.setattr(first.store, "finish_turns", failing.wrap(first.store.finish_turns))
+        monkeypatch.setattr(first.store, "commit_turns", failing_ends(first.store, failing))
         await first.create_session(name="stuck")
         model_server.script("root", ANSWER)
         turn, _ = await first.submit_turn("stuck", TurnSubmission(message="the answer"))

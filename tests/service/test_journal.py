@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from sqlalchemy.exc import OperationalError
@@ -14,7 +15,7 @@ from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.protocol.payloads import TurnWarning
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.writer import EventJournal
-from fleet_rlm.store import Conflict, Store, TurnEnd, TurnRecord
+from fleet_rlm.store import Conflict, Store, TurnCommit, TurnEnd, TurnRecord, TurnStart
 from fleet_rlm.testing.faults import FailingCalls
 
 pytestmark = pytest.mark.anyio
@@ -154,14 +155,14 @@ def ending(turn_id: str, seq: int, answer: str) -> TurnEnd:
 async def test_turns_ending_together_commit_together_after_their_events(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    commits: list[tuple[int, int]] = []
-    finish_turns = store.finish_turns
+    commits: list[int] = []
+    commit_turns = store.commit_turns
 
-    async def counting(ends: list[TurnEnd], *, events: list[Event]) -> list[object]:
-        commits.append((len(ends), len(events)))
-        return await finish_turns(ends, events=events)
+    async def counting(**parts: Any) -> TurnCommit:
+        commits.append(len(parts["ends"]))
+        return await commit_turns(**parts)
 
-    monkeypatch.setattr(store, "finish_turns", counting)
+    monkeypatch.setattr(store, "commit_turns", counting)
     journal = EventJournal(store)
     turns = [await new_turn(store) for _ in range(4)]
     published: list[Event] = []
@@ -173,7 +174,7 @@ async def test_turns_ending_together_commit_together_after_their_events(
     finally:
         await journal.close()
 
-    assert [ends for ends, _ in commits] == [4]  # one transaction ended all four
+    assert commits == [4]  # one transaction ended all four
     assert [(t.status, t.answer) for t in ended] == [("completed", f"answer {i}") for i in range(4)]
     assert len(published) == 12  # each event was followed before its turn's end returned
     for turn in turns:
@@ -202,7 +203,7 @@ async def test_an_end_the_database_refuses_is_raised_and_the_events_with_it_are_
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     failing = FailingCalls(failures=1)
-    monkeypatch.setattr(store, "finish_turns", failing.wrap(store.finish_turns))
+    monkeypatch.setattr(store, "commit_turns", failing.wrap(store.commit_turns))
     journal = EventJournal(store)
     turn = await new_turn(store)
     published: list[Event] = []
@@ -218,3 +219,33 @@ async def test_an_end_the_database_refuses_is_raised_and_the_events_with_it_are_
     assert seqs(published) == [1, 2]
     assert seqs(await store.events_after(turn)) == [1, 2]
     assert (await store.get_turn(turn)).status == "queued"  # the caller retries its end alone
+
+
+async def test_turns_starting_together_are_marked_running_in_one_transaction(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commits: list[int] = []
+    commit_turns = store.commit_turns
+
+    async def counting(**parts: Any) -> TurnCommit:
+        commits.append(len(parts["starts"]))
+        return await commit_turns(**parts)
+
+    turns = [await new_turn(store) for _ in range(3)]
+    cancelled = await new_turn(store)
+    await store.finish_turn(cancelled, status=TurnStatus.CANCELLED)
+    monkeypatch.setattr(store, "commit_turns", counting)
+    journal = EventJournal(store)
+    try:
+        started = await asyncio.gather(
+            *(journal.start(TurnStart(t, "v1")) for t in turns), journal.start(TurnStart(cancelled, "v1"))
+        )
+    finally:
+        await journal.close()
+
+    assert commits == [4]
+    assert started == [True, True, True, False]  # a turn no longer queued is not started
+    for turn in turns:
+        record = await store.get_turn(turn)
+        assert (record.status, record.program_version) == ("running", "v1") and record.started_at is not None
+    assert (await store.get_turn(cancelled)).status == "cancelled"

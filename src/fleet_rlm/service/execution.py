@@ -44,7 +44,17 @@ from fleet_rlm.service.programs import served_program
 from fleet_rlm.service.replays import capture
 from fleet_rlm.service.storable import make_storable
 from fleet_rlm.service.writer import EventJournal
-from fleet_rlm.store import Conflict, FileChanges, FileRecord, NotFound, SessionRecord, Store, TurnEnd, TurnRecord
+from fleet_rlm.store import (
+    Conflict,
+    FileChanges,
+    FileRecord,
+    NotFound,
+    SessionRecord,
+    Store,
+    TurnEnd,
+    TurnRecord,
+    TurnStart,
+)
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +184,7 @@ class TurnExecution:
         else:
             history = [HistoryEntry(message=t.message, answer=t.answer) for t in finished]
         program = await served_program(self.store)
-        if self.cancel_requested or not await self.store.mark_running(self.turn_id, program_version=program.version):
+        if self.cancel_requested or not await self._mark_running(program.version):
             return self._stopped_outcome(), None
         options = plan.turn.options
         request = TurnRequest(
@@ -211,6 +221,14 @@ class TurnExecution:
         )
         await self.files.share(plan.session.id, (record.sha256 for record in changes.upserts))
         return outcome, changes
+
+    async def _mark_running(self, program_version: str | None) -> bool:
+        """queued -> running in the journal's next group commit (alone, if that commit fails)."""
+        try:
+            return await self.journal.start(TurnStart(self.turn_id, program_version))
+        except Exception:
+            log.warning("turn %s: its start was not stored with the others; storing it alone", self.turn_id)
+        return await self.store.mark_running(self.turn_id, program_version=program_version)
 
     async def _capture(self, request: TurnRequest, files: list[FileRecord]) -> None:
         """Keep the snapshot of the turn's inputs; a turn whose snapshot could not be stored still runs

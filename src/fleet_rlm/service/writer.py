@@ -9,7 +9,8 @@ emitted while the previous insert ran, so under load the number of transactions 
 the number of turns grows, and each turn's events keep their ``seq`` order. A turn's end (its status,
 answer, terminal event and file changes) goes into the same group commit, after the events put before
 it: the turns of a process that end together commit together, and a turn's end never waits for
-events of other turns put after it.
+events of other turns put after it. Turns about to run are marked running the same way: on SQLite,
+with one writer, every transaction saved is a wait saved for every other turn.
 """
 
 from __future__ import annotations
@@ -20,23 +21,26 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Generic, TypeVar
 
 from fleet_rlm.protocol.events import Event
-from fleet_rlm.store import Conflict, NotFound, Store, TurnEnd, TurnRecord
+from fleet_rlm.store import Store, TurnEnd, TurnRecord, TurnStart
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 2000
 RETRY_DELAYS = (0.05, 0.2, 1.0, 3.0)
 Publish = Callable[[Event], None]
+T = TypeVar("T")
 
 
 @dataclass
-class _Ending:
-    end: TurnEnd
-    done: asyncio.Future[TurnRecord] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+class _Awaited(Generic[T]):
+    """A change of a turn's state that goes into a group commit, and the caller waiting for its result."""
 
-    def settle(self, result: TurnRecord | Conflict | NotFound | Exception) -> None:
+    done: asyncio.Future[T] = field(default_factory=lambda: asyncio.get_running_loop().create_future(), init=False)
+
+    def settle(self, result: T | Exception) -> None:
         if self.done.done():  # its turn stopped waiting
             return
         if isinstance(result, Exception):
@@ -45,16 +49,36 @@ class _Ending:
             self.done.set_result(result)
 
 
+@dataclass
+class _Starting(_Awaited[bool]):
+    start: TurnStart
+
+
+@dataclass
+class _Ending(_Awaited[TurnRecord]):
+    end: TurnEnd
+
+
+_Item = tuple[Event, Publish] | _Starting | _Ending
+
+
 class EventJournal:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._queue: asyncio.Queue[tuple[Event, Publish] | _Ending] = asyncio.Queue()
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._failed: dict[str, list[Event]] = defaultdict(list)
 
     def put(self, event: Event, publish: Publish) -> None:
         """Store ``event`` soon, then call ``publish(event)``."""
         self._enqueue((event, publish))
+
+    async def start(self, start: TurnStart) -> bool:
+        """Mark a queued turn running in the next group commit; False when it is no longer queued
+        (cancelled meanwhile). When the commit fails, raises its error (the caller may try alone)."""
+        starting = _Starting(start)
+        self._enqueue(starting)
+        return await starting.done
 
     async def finish(self, end: TurnEnd) -> TurnRecord:
         """End a turn in the next group commit, after the events put before (and with those of its events
@@ -65,7 +89,7 @@ class EventJournal:
         self._enqueue(ending)
         return await ending.done
 
-    def _enqueue(self, item: tuple[Event, Publish] | _Ending) -> None:
+    def _enqueue(self, item: _Item) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="event-journal")
         self._queue.put_nowait(item)
@@ -75,39 +99,47 @@ class EventJournal:
             batch = [await self._queue.get()]
             while len(batch) < MAX_BATCH and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            published = [item for item in batch if not isinstance(item, _Ending)]
+            published = [item for item in batch if isinstance(item, tuple)]
+            starts = [item for item in batch if isinstance(item, _Starting)]
             endings = [item for item in batch if isinstance(item, _Ending)]
             events = [event for event, _ in published]
-            if endings:
-                results = await self._write_ending(events, endings)
+            if starts or endings:
+                # Settled here, their callers resume only after this task publishes the events below.
+                await self._commit(starts, events, endings)
             else:
                 await self._write(events)
-                results = []
             for event, publish in published:
                 try:
                     publish(event)
                 except Exception:
                     log.exception("turn %s: publishing event %d failed", event.turn_id, event.seq)
-            for ending, result in zip(endings, results, strict=True):
-                ending.settle(result)
             for _ in batch:
                 self._queue.task_done()
 
-    async def _write_ending(
-        self, events: list[Event], endings: list[_Ending]
-    ) -> list[TurnRecord | Conflict | NotFound | Exception]:
+    async def _commit(self, starts: list[_Starting], events: list[Event], endings: list[_Ending]) -> None:
+        """One transaction for the batch; settles each start and end (publishing is the caller's)."""
         ends = [replace(e.end, events=[*self._failed.get(e.end.turn_id, []), *e.end.events]) for e in endings]
         try:
-            results = await self.store.finish_turns(ends, events=events)
+            commit = await self.store.commit_turns(starts=[s.start for s in starts], events=events, ends=ends)
         except Exception as exc:
             log.warning(
-                "could not end %d turns with %d events: %s; the events alone are retried", len(ends), len(events), exc
+                "could not commit %d starts and %d ends of turns with %d events: %s; the events alone are retried",
+                len(starts),
+                len(ends),
+                len(events),
+                exc,
             )
             await self._write(events)
-            return [exc for _ in endings]
-        for end in ends:
+            for starting in starts:
+                starting.settle(exc)
+            for ending in endings:
+                ending.settle(exc)
+            return
+        for starting in starts:
+            starting.settle(starting.start.turn_id in commit.started)
+        for end, ending, result in zip(ends, endings, commit.ended, strict=True):
             self._failed.pop(end.turn_id, None)
-        return list(results)
+            ending.settle(result)
 
     async def _write(self, batch: list[Event]) -> None:
         for delay in (*RETRY_DELAYS, None):
@@ -136,5 +168,5 @@ class EventJournal:
                 await self._task
         while not self._queue.empty():  # a turn still waiting to end learns it will not
             item = self._queue.get_nowait()
-            if isinstance(item, _Ending):
-                item.settle(RuntimeError("the server stopped storing events before the turn's end was stored"))
+            if isinstance(item, _Starting | _Ending):
+                item.settle(RuntimeError("the server stopped storing turns' events before this change was stored"))

@@ -11,8 +11,10 @@ from fleet_rlm.store.records import (
     ProgramRecord,
     ReplayRecord,
     SessionRecord,
+    TurnCommit,
     TurnEnd,
     TurnRecord,
+    TurnStart,
 )
 from fleet_rlm.store.store import Store
 
@@ -32,7 +34,9 @@ __all__ = [
     "Store",
     "StoreError",
     "TooLarge",
+    "TurnCommit",
     "TurnEnd",
     "TurnRecord",
+    "TurnStart",
     "database_url",
 ]

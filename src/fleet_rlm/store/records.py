@@ -15,6 +15,7 @@ from typing import Any, Self, cast
 
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.status import TurnStatus
+from fleet_rlm.store.errors import Conflict, NotFound
 
 
 def _detached(value: Any) -> Any:
@@ -138,6 +139,14 @@ class FileChanges:
 
 
 @dataclass(frozen=True)
+class TurnStart:
+    """A queued turn about to run, marked ``running`` with the program version it runs."""
+
+    turn_id: str
+    program_version: str | None = None
+
+
+@dataclass(frozen=True)
 class TurnEnd:
     """How a turn ended, committed at once by :meth:`fleet_rlm.store.Store.finish_turn`: its final status,
     answer, usage, artifacts, its last events (the terminal one among them) and its file changes."""
@@ -152,6 +161,15 @@ class TurnEnd:
     artifacts: list[dict[str, Any]] | None = None
     events: Sequence[Event] = ()
     files: FileChanges | None = None
+
+
+@dataclass(frozen=True)
+class TurnCommit:
+    """What :meth:`fleet_rlm.store.Store.commit_turns` did: the turns it marked running (the others of its
+    starts were no longer queued), and each end's turn as ended or the error that left it alone."""
+
+    started: set[str]
+    ended: list[TurnRecord | Conflict | NotFound]
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ process died.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import AsyncIterable, Callable, Sequence
 from typing import Any
@@ -33,8 +34,10 @@ from fleet_rlm.store.records import (
     FileRecord,
     MemoryRecord,
     SessionRecord,
+    TurnCommit,
     TurnEnd,
     TurnRecord,
+    TurnStart,
     row_values,
 )
 from fleet_rlm.store.tables import EventRow, SessionRow, TurnRow, utcnow
@@ -309,10 +312,19 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
     async def finish_turns(
         self, ends: Sequence[TurnEnd], *, events: Sequence[Event] = ()
     ) -> list[TurnRecord | Conflict | NotFound]:
-        """Store ``events`` (of any turns) and end each turn of ``ends``, all in one transaction (the
-        group commit of the turns of a process that end together). Each end's result is its turn as
-        ended, or the error that left it alone: ``NotFound``, or ``turn_not_active`` when it already
-        ended. Any other error rolls everything back."""
+        """Store ``events`` (of any turns) and end each turn of ``ends``, in one transaction; see
+        :meth:`commit_turns`."""
+        return (await self.commit_turns(events=events, ends=ends)).ended
+
+    async def commit_turns(
+        self, *, starts: Sequence[TurnStart] = (), events: Sequence[Event] = (), ends: Sequence[TurnEnd] = ()
+    ) -> TurnCommit:
+        """In one transaction (the group commit of the turns a process runs): mark each of ``starts``
+        running (as :meth:`mark_running`), store ``events`` (of any turns), and end each turn of ``ends``.
+        Each end's result is its turn as ended, or the error that left it alone: ``NotFound``, or
+        ``turn_not_active`` when it already ended. Any other error rolls everything back. Under load
+        every round trip to the database waits for a busy event loop, so each part is one statement
+        for all its turns wherever it can be."""
         for end in ends:
             if end.status not in FINAL_STATUSES:
                 raise Invalid(f"{end.status!r} is not a final turn status")
@@ -321,8 +333,7 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         sessions: set[str] = set()
         now = utcnow()
         async with self.db.write() as session:
-            # A statement for all the turns rather than one each: under load every round trip to the
-            # database waits for a busy event loop.
+            started = await self._start_turns(session, starts, now)
             ids = [end.turn_id for end in ends]
             locked = select(TurnRow).where(TurnRow.id.in_(ids)).order_by(TurnRow.id).with_for_update()
             rows = {row.id: row for row in (await session.execute(locked)).scalars()} if ids else {}
@@ -355,7 +366,22 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
                 await session.execute(update(SessionRow).where(SessionRow.id.in_(sessions)).values(updated_at=now))
             ended = [r.id for r in results if isinstance(r, TurnRecord)]
             await notify(self.db, session, Channel.EVENTS, [*{e.turn_id for e in events}, *ended])
-        return results
+        return TurnCommit(started=started, ended=results)
+
+    async def _start_turns(self, session: AsyncSession, starts: Sequence[TurnStart], now: dt.datetime) -> set[str]:
+        started: set[str] = set()
+        by_version: dict[str | None, list[str]] = {}
+        for start in starts:
+            by_version.setdefault(start.program_version, []).append(start.turn_id)
+        for version, ids in by_version.items():
+            result = await session.execute(
+                update(TurnRow)
+                .where(TurnRow.id.in_(ids), TurnRow.status == TurnStatus.QUEUED)
+                .values(status=TurnStatus.RUNNING, started_at=now, program_version=version)
+                .returning(TurnRow.id)
+            )
+            started.update(result.scalars())
+        return started
 
     async def interrupt_turns(
         self, should_interrupt: Callable[[TurnRecord], bool], reason: str, *, lease_lapsed: bool = False
