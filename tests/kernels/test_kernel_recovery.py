@@ -150,3 +150,38 @@ def test_a_snapshot_the_sandbox_turns_into_a_link_is_not_taken(
         assert not snapshot.exists()
         assert http.get("/sessions/s/kernel").json()["snapshot"] is None
         assert secret.read_text() == "host only"
+
+
+@pytest.mark.parametrize(
+    ("name", "replace"),
+    [
+        ("tmp", "open('tmp', 'w').write('not a directory')"),
+        ("files", "os.symlink('/etc', 'files')"),
+        ("artifacts", "os.mkfifo('artifacts')"),
+    ],
+)
+def test_a_layout_directory_the_sandbox_replaces_is_made_again_for_the_next_turn(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer, home: Path, name: str, replace: str
+) -> None:
+    """Sandbox code that swaps one of the workspace's directories for a file, a link or a pipe does not
+    break its session's later turns (the kernel lives on), and the host never follows what it left."""
+    code = f"import os, shutil\nrows = [1, 2]\nshutil.rmtree({name!r})\n{replace}\nSUBMIT(answer='replaced')"
+    with server_in_thread(make_settings()) as api, api.http() as http:
+        session = http.post("/sessions", json={"name": "s"}).json()["id"]
+        http.post("/sessions/s/files", files={"file": ("data.txt", b"kept", "text/plain")}).raise_for_status()
+        model_server.script("root", rlm_step("Replace.", code))
+        assert run_turn(http, "s", "replace")["answer"] == "replaced"
+
+        model_server.script(
+            "root",
+            rlm_step(
+                "Look.",
+                "import os\nSUBMIT(answer=f\"{sum(rows)} {open('files/data.txt').read()} "
+                f'{{os.path.isdir({name!r}) and not os.path.islink({name!r})}}")',
+            ),
+        )
+        turn = run_turn(http, "s", "look")
+        assert (turn["status"], turn["answer"]) == ("completed", "3 kept True")  # the same kernel, repaired
+        assert not events_of(turn, "kernel.evicted")
+        assert (home / "sessions" / session).is_dir()
+    assert not Path("/etc/data.txt").exists()  # the link was removed, not written through

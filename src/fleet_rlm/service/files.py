@@ -16,6 +16,7 @@ references them, and fetched (:meth:`SessionFiles.fetch`) by a process that does
 from __future__ import annotations
 
 import asyncio
+import logging
 import mimetypes
 import re
 from collections.abc import Iterable, Mapping
@@ -31,6 +32,8 @@ from fleet_rlm.workspace.kinds import FileKind, detect_kind
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, MEMORY, Workspace
 from fleet_rlm.workspace.paths import PathEscapeError, resolve_inside
 from fleet_rlm.workspace.walk import iter_files
+
+log = logging.getLogger(__name__)
 
 STORED_DIRS = (FILES, ARTIFACTS, MEMORY)
 KEPT_FROM_TURNS = {ARTIFACTS: "artifact"}
@@ -202,11 +205,15 @@ def refresh_workspace(
 ) -> dict[str, FileIdentity]:
     """Bring a kept workspace (a session kernel's) to the session's files as stored now.
 
-    What the last turn left under the stored directories that the session does not hold (a failed
-    turn's artifacts, a deleted upload, the sandbox's own writes) is removed, never through a link;
+    A layout directory the sandbox replaced (with a file, a link, a pipe) is made again. What the last
+    turn left under the stored directories that the session does not hold (a failed turn's artifacts,
+    a deleted upload, the sandbox's own writes) is removed, never through a link;
     a stored file is pushed again unless the very file placed last time is still there unchanged.
     Returns what is placed now, for the next turn."""
     wanted = {r.path: r for r in records if r.origin != UNREVIEWED_ORIGIN}
+    restored = workspace.restore_layout()
+    if restored:
+        log.warning("session %s: its kernel's code replaced %s; made again", session_id, ", ".join(restored))
     tree = workspace.tree
     present = {entry.rel: entry for top in STORED_DIRS for entry in tree.walk(top)}
     for rel in present:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleet_rlm.workspace.paths import split_rel
-from fleet_rlm.workspace.tree import SafeTree
+from fleet_rlm.workspace.tree import SHARED_DIR_MODE, SafeTree, UnsafeEntry
 
 FILES = "files"
 ARTIFACTS = "artifacts"
@@ -44,6 +44,20 @@ class Workspace:
         for name in LAYOUT:
             tree.make_dirs(name, 0o755 if mode is None else mode)
         return cls(root)
+
+    def restore_layout(self, mode: int = SHARED_DIR_MODE) -> list[str]:
+        """Make the layout's directories again where sandbox code replaced one with something else (a
+        file, a link, a pipe): that entry is unlinked, never followed. Returns the names restored."""
+        tree = self.tree
+        restored: list[str] = []
+        for name in LAYOUT:
+            try:
+                tree.make_dirs(name, mode)
+            except UnsafeEntry:
+                tree.remove(name)
+                tree.make_dirs(name, mode)
+                restored.append(name)
+        return restored
 
     @property
     def tree(self) -> SafeTree:
