@@ -104,6 +104,23 @@ async def test_a_file_uploaded_on_one_machine_is_read_by_a_turn_on_another_and_i
     assert {f"blobs/{uploaded.sha256}", f"blobs/{record.sha256}"} <= members
 
 
+async def test_listing_files_on_another_machine_tells_their_kinds_without_fetching_them(machines: Machines) -> None:
+    api = await machines.api_on("api")
+    session = await api.create_session(name="s")
+    big_text = b"".join(b"line %d of the notes\n" % i for i in range(2000))  # more than one sample each end
+    await api.upload_file("s", "sales.csv", io.BytesIO(SALES))
+    await api.upload_file("s", "notes.txt", io.BytesIO(big_text))
+    await api.upload_file("s", "photo.png", io.BytesIO(b"\x89PNG\r\n\x1a\n" + bytes(64)))
+    here = {record.path: kind for record, kind in await api.list_files("s")}
+
+    elsewhere = await machines.api_on("elsewhere")
+    listed = {record.path: kind for record, kind in await elsewhere.list_files("s")}
+
+    assert listed == here
+    assert listed == {"files/sales.csv": "csv", "files/notes.txt": "text", "files/photo.png": "image"}
+    assert blobs_on(elsewhere, session.id) == set()  # nothing fetched to list them
+
+
 async def test_an_archive_imported_on_one_machine_is_usable_on_another(machines: Machines) -> None:
     api = await machines.api_on("api")
     await api.create_session(name="s")

@@ -51,6 +51,22 @@ async def test_a_blob_goes_in_chunks_and_comes_back_whole_on_another_machine(sto
     assert (tmp_path / "empty-back").read_bytes() == b""
 
 
+async def test_a_range_is_read_from_the_chunks_holding_it_only(store: Store, tmp_path: Path) -> None:
+    shared = DatabaseBlobs(store.db, chunk_size=1000)
+    data = os.urandom(3500)
+    source, sha = written(tmp_path, "source", data)
+    await shared.put("ses_1", sha, source)
+
+    assert await shared.read_range("ses_1", sha, 0, 100) == data[:100]
+    assert await shared.read_range("ses_1", sha, 950, 100) == data[950:1050]  # across two chunks
+    assert await shared.read_range("ses_1", sha, 3400, 500) == data[3400:]  # cut at the end
+    assert await shared.read_range("ses_1", sha, 5000, 10) == b""  # past the end of a shared blob
+    assert await shared.read_range("ses_2", sha, 0, 10) is None  # another session's
+    assert await shared.read_range("ses_1", "0" * 64, 0, 10) is None
+    with pytest.raises(ValueError, match="not a sha256 digest"):
+        await shared.read_range("ses_1", "../../etc/passwd", 0, 10)
+
+
 async def test_a_blob_not_shared_is_reported_missing_and_a_session_sees_only_its_own(
     store: Store, tmp_path: Path
 ) -> None:

@@ -43,6 +43,11 @@ _VIRTUAL_ROOT = Path("/nonexistent/fleet-workspace")  # never exists, so only th
 _SAMPLE = 4096
 
 
+def _tail_start(size: int) -> int:
+    """Where the last sample of a file of ``size`` bytes starts (after the first sample, never in it)."""
+    return max(_SAMPLE, size - _SAMPLE)
+
+
 class BadPath(Invalid):
     code = "invalid_path"
 
@@ -133,17 +138,39 @@ class SessionFiles:
         return self.blobs.path(session_id, record.sha256)
 
     def kind(self, session_id: str, record: FileRecord) -> FileKind:
+        """What the file holds (text, table, image, ...), from its first and last bytes in this process's copy."""
         blob = self.blob_path(session_id, record)
         try:
             with blob.open("rb") as handle:
                 head = handle.read(_SAMPLE)
                 tail = b""
                 if record.size > _SAMPLE:
-                    handle.seek(max(_SAMPLE, record.size - _SAMPLE))
+                    handle.seek(_tail_start(record.size))
                     tail = handle.read(_SAMPLE)
         except OSError:
             return FileKind.BINARY
         return detect_kind(record.path, head, tail, head_is_whole_file=record.size <= _SAMPLE)
+
+    async def kinds(self, session_id: str, records: list[FileRecord]) -> list[FileKind]:
+        """Each file's :meth:`kind`; a file this process does not hold is judged from its first and last
+        bytes in the shared store, never fetched whole (listing a session's files on another machine must
+        not copy every input there)."""
+        kinds: list[FileKind] = []
+        for record in records:
+            here = await asyncio.to_thread(self.blob_path(session_id, record).is_file)
+            if here or self.shared is None:
+                kinds.append(await asyncio.to_thread(self.kind, session_id, record))
+                continue
+            head = await self.shared.read_range(session_id, record.sha256, 0, _SAMPLE)
+            tail = b""
+            if head is not None and record.size > _SAMPLE:
+                tail = await self.shared.read_range(session_id, record.sha256, _tail_start(record.size), _SAMPLE) or b""
+            kinds.append(
+                FileKind.BINARY
+                if head is None
+                else detect_kind(record.path, head, tail, head_is_whole_file=record.size <= _SAMPLE)
+            )
+        return kinds
 
     def materialize(self, session_id: str, records: list[FileRecord], files: WorkspaceFiles) -> dict[str, str]:
         """Push the session's files into a turn's workspace (its sandbox may already run); returns

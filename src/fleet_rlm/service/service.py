@@ -368,9 +368,7 @@ class FleetService(TurnOperations):
     async def list_files(self, session_ref: str) -> list[tuple[FileRecord, FileKind]]:
         session = await self.store.get_session(session_ref)
         records = await self.store.list_files(session.id)
-        await self.files.fetch_records(session.id, records)
-        kinds = await asyncio.to_thread(lambda: [self.files.kind(session.id, r) for r in records])
-        return list(zip(records, kinds, strict=True))
+        return list(zip(records, await self.files.kinds(session.id, records), strict=True))
 
     async def file_for_download(self, session_ref: str, rel: str) -> tuple[FileRecord, Path]:
         path = stored_path(rel)

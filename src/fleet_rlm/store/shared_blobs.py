@@ -48,6 +48,12 @@ class SharedBlobs(abc.ABC):
         are shared. Raises :class:`BlobMismatch` when they do not hash to ``sha256``."""
 
     @abc.abstractmethod
+    async def read_range(self, session_id: str, sha256: str, start: int, length: int) -> bytes | None:
+        """At most ``length`` bytes of the shared blob from ``start``, without fetching the rest; None
+        when it is not shared. Not checked against the digest: for a glance (a file's kind), never for
+        serving or placing."""
+
+    @abc.abstractmethod
     async def held(self, session_id: str) -> set[str]:
         """The digests of the session's shared blobs."""
 
@@ -136,6 +142,26 @@ class DatabaseBlobs(SharedBlobs):
                 return False
             raise BlobMismatch(f"the shared bytes of blob {sha256[:12]}… of session {session_id} do not match it")
         return True
+
+    async def read_range(self, session_id: str, sha256: str, start: int, length: int) -> bytes | None:
+        _checked(sha256)
+        first, last = start // self.chunk_size, (start + max(length, 1) - 1) // self.chunk_size
+        query = (
+            select(BlobChunkRow.seq, BlobChunkRow.data)
+            .where(
+                BlobChunkRow.session_id == session_id,
+                BlobChunkRow.sha256 == sha256,
+                BlobChunkRow.seq.between(first, last),
+            )
+            .order_by(BlobChunkRow.seq)
+        )
+        async with self.database.read() as session:
+            chunks = (await session.execute(query)).all()
+        if not chunks:
+            return b"" if await self._shared(session_id, sha256) else None
+        data = b"".join(chunk for _, chunk in chunks)
+        offset = start - chunks[0][0] * self.chunk_size
+        return data[offset : offset + length]
 
     async def held(self, session_id: str) -> set[str]:
         query = select(BlobChunkRow.sha256).where(BlobChunkRow.session_id == session_id, BlobChunkRow.seq == 0)
