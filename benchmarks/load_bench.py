@@ -145,6 +145,8 @@ class MemorySampler:
 
     def stop(self) -> None:
         self._stop.set()
+        if not self._result.poll(30):
+            raise RuntimeError("the memory sampler process did not report")
         self.peak_tree_kb = self._result.recv()
         self._process.join()
 
@@ -171,6 +173,8 @@ class ModelProcess:
 
     def __enter__(self) -> ModelProcess:
         self._process.start()
+        if not self._address.poll(30):
+            raise RuntimeError("the scripted model process did not start")
         self.base_url = self._address.recv()
         return self
 
@@ -180,8 +184,10 @@ class ModelProcess:
 
 
 def cpu_by_part(server_pid: int) -> dict[str, float]:
-    """CPU seconds used so far by the server process, by its turn processes (alive now), and by the whole
-    machine (busy time of all cores, /proc/stat)."""
+    """CPU seconds used so far by the server process, by its turn processes (those alive now: one replaced
+    during the run loses its share), and by the whole machine (busy time of all cores, /proc/stat). In
+    worker topologies the turn processes are the workers' and are not counted here; the machine's
+    figure covers them."""
     server = psutil.Process(server_pid)
     own = server.cpu_times()
     turn_processes = 0.0

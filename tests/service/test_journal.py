@@ -14,7 +14,7 @@ from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.protocol.payloads import TurnWarning
 from fleet_rlm.protocol.status import TurnStatus
-from fleet_rlm.service.writer import EventJournal
+from fleet_rlm.service.writer import EventJournal, JournalClosed
 from fleet_rlm.store import Conflict, Store, TurnCommit, TurnEnd, TurnRecord, TurnStart
 from fleet_rlm.testing.faults import FailingCalls
 
@@ -155,31 +155,106 @@ def ending(turn_id: str, seq: int, answer: str) -> TurnEnd:
 async def test_turns_ending_together_commit_together_after_their_events(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    commits: list[int] = []
-    commit_turns = store.commit_turns
+    commits: list[tuple[int, int]] = []
+    commit_turns, append_events = store.commit_turns, store.append_events
+    entered, busy = asyncio.Event(), asyncio.Event()
 
     async def counting(**parts: Any) -> TurnCommit:
-        commits.append(len(parts["ends"]))
+        commits.append((len(parts["events"]), len(parts["ends"])))
         return await commit_turns(**parts)
 
+    async def held_once(events: list[Event]) -> None:
+        entered.set()
+        await busy.wait()  # the journal is busy with an earlier batch while the turns end
+        await append_events(events)
+
     monkeypatch.setattr(store, "commit_turns", counting)
+    monkeypatch.setattr(store, "append_events", held_once)
     journal = EventJournal(store)
-    turns = [await new_turn(store) for _ in range(4)]
+    earlier, *turns = [await new_turn(store) for _ in range(5)]
     published: list[Event] = []
+    published_when_ended: list[int] = []
+
+    async def end(turn: str, answer: str) -> TurnRecord:
+        record = await journal.finish(ending(turn, 4, answer))
+        published_when_ended.append(len(published))
+        return record
+
+    journal.put(warnings_of(earlier, 1)[0], published.append)
+    await asyncio.wait_for(entered.wait(), 5)
     for turn in turns:
         for event in warnings_of(turn, 3):
             journal.put(event, published.append)
+    ends = [asyncio.ensure_future(end(t, f"answer {i}")) for i, t in enumerate(turns)]
+    await asyncio.sleep(0.05)  # 12 events and 4 ends wait behind the held batch
+    busy.set()
     try:
-        ended = await asyncio.gather(*(journal.finish(ending(t, 4, f"answer {i}")) for i, t in enumerate(turns)))
+        ended = await asyncio.gather(*ends)
     finally:
         await journal.close()
 
-    assert commits == [4]  # one transaction ended all four
+    assert commits == [(12, 4)]  # one transaction: every event, then every end
     assert [(t.status, t.answer) for t in ended] == [("completed", f"answer {i}") for i in range(4)]
-    assert len(published) == 12  # each event was followed before its turn's end returned
+    assert published_when_ended == [13] * 4  # every event was followed before any end returned
     for turn in turns:
         assert seqs(await store.events_after(turn)) == [1, 2, 3, 4]
         assert (await store.get_turn(turn)).status == "completed"
+
+
+async def test_closing_the_journal_tells_whoever_waits_and_never_hangs(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    never = asyncio.Event()
+
+    async def stuck(**parts: Any) -> TurnCommit:
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(store, "commit_turns", stuck)
+    journal = EventJournal(store)
+    first, second = await new_turn(store), await new_turn(store)
+    in_flight = asyncio.ensure_future(journal.start(TurnStart(first, None)))
+    await asyncio.sleep(0.05)  # its group commit is running
+    queued = asyncio.ensure_future(journal.finish(ending(second, 1, "late")))
+    flushing = asyncio.ensure_future(journal.flush(second))
+    await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(journal.close(), 5)
+
+    with pytest.raises(JournalClosed):
+        await asyncio.wait_for(in_flight, 5)
+    with pytest.raises(JournalClosed):
+        await asyncio.wait_for(queued, 5)
+    assert await asyncio.wait_for(flushing, 5) == []
+    with pytest.raises(JournalClosed):  # after close, at once
+        await asyncio.wait_for(journal.finish(ending(second, 1, "later")), 5)
+
+
+async def test_a_batch_that_trips_on_a_bug_fails_its_waiters_and_the_journal_goes_on(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commit_turns = store.commit_turns
+    calls = 0
+
+    async def broken_once(**parts: Any) -> TurnCommit:
+        nonlocal calls
+        calls += 1
+        commit = await commit_turns(**parts)
+        return TurnCommit(started=commit.started, ended=[]) if calls == 1 else commit  # a result short of one
+
+    monkeypatch.setattr(store, "commit_turns", broken_once)
+    journal = EventJournal(store)
+    turn, later = await new_turn(store), await new_turn(store)
+    try:
+        with pytest.raises(ValueError):
+            await journal.finish(ending(turn, 1, "tripped"))
+        published: list[Event] = []
+        journal.put(warnings_of(later, 1)[0], published.append)
+        assert (await journal.finish(ending(later, 2, "after"))).answer == "after"
+    finally:
+        await journal.close()
+    assert seqs(published) == [1]
+    assert seqs(await store.events_after(later)) == [1, 2]
 
 
 async def test_a_turn_that_already_ended_is_refused_without_holding_back_the_others(store: Store) -> None:

@@ -36,14 +36,15 @@ T = TypeVar("T")
 
 @dataclass
 class _Awaited(Generic[T]):
-    """A change of a turn's state that goes into a group commit, and the caller waiting for its result."""
+    """A change of a turn's state that goes into a group commit (or a flush barrier), and the caller
+    waiting for its result."""
 
     done: asyncio.Future[T] = field(default_factory=lambda: asyncio.get_running_loop().create_future(), init=False)
 
-    def settle(self, result: T | Exception) -> None:
+    def settle(self, result: T | BaseException) -> None:
         if self.done.done():  # its turn stopped waiting
             return
-        if isinstance(result, Exception):
+        if isinstance(result, BaseException):
             self.done.set_exception(result)
         else:
             self.done.set_result(result)
@@ -59,7 +60,19 @@ class _Ending(_Awaited[TurnRecord]):
     end: TurnEnd
 
 
-_Item = tuple[Event, Publish] | _Starting | _Ending
+@dataclass
+class _Flushing(_Awaited[None]):
+    """Settled once everything queued before it is stored (or given up) and published."""
+
+
+_Item = tuple[Event, Publish] | _Starting | _Ending | _Flushing
+
+
+class JournalClosed(RuntimeError):
+    """The process stopped storing turns' events before this change was stored."""
+
+    def __init__(self) -> None:
+        super().__init__("the server stopped storing turns' events before this change was stored")
 
 
 class EventJournal:
@@ -67,18 +80,24 @@ class EventJournal:
         self.store = store
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._batch: list[_Item] = []
+        """What the running group commit took from the queue (settled by :meth:`close` if cut short)."""
+        self._closed = False
         self._failed: dict[str, list[Event]] = defaultdict(list)
 
     def put(self, event: Event, publish: Publish) -> None:
         """Store ``event`` soon, then call ``publish(event)``."""
+        if self._closed:  # followers are gone; the turn's own final commit stores what it can
+            self._failed[event.turn_id].append(event)
+            return
         self._enqueue((event, publish))
 
     async def start(self, start: TurnStart) -> bool:
         """Mark a queued turn running in the next group commit; False when it is no longer queued
         (cancelled meanwhile). When the commit fails, raises its error (the caller may try alone)."""
         starting = _Starting(start)
-        self._enqueue(starting)
-        return await starting.done
+        await self._wait(starting)
+        return starting.done.result()
 
     async def finish(self, end: TurnEnd) -> TurnRecord:
         """End a turn in the next group commit, after the events put before (and with those of its events
@@ -86,8 +105,23 @@ class EventJournal:
         Raises ``Conflict`` (it already ended) or ``NotFound``; when the commit itself fails, raises its
         error and keeps the turn's unstored events for :meth:`flush`, so its caller can retry alone."""
         ending = _Ending(end)
-        self._enqueue(ending)
-        return await ending.done
+        await self._wait(ending)
+        return ending.done.result()
+
+    async def flush(self, turn_id: str) -> list[Event]:
+        """Wait until everything put so far is stored (or given up) and published; returns ``turn_id``'s
+        events that could not be stored."""
+        if not self._closed:
+            with contextlib.suppress(JournalClosed):
+                await self._wait(_Flushing())
+        return self._failed.pop(turn_id, [])
+
+    async def _wait(self, item: _Starting | _Ending | _Flushing) -> None:
+        """Queue ``item`` and wait until it is settled (its error raised)."""
+        if self._closed:
+            raise JournalClosed()
+        self._enqueue(item)
+        await item.done
 
     def _enqueue(self, item: _Item) -> None:
         if self._task is None:
@@ -96,25 +130,38 @@ class EventJournal:
 
     async def _run(self) -> None:
         while True:
-            batch = [await self._queue.get()]
-            while len(batch) < MAX_BATCH and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            published = [item for item in batch if isinstance(item, tuple)]
-            starts = [item for item in batch if isinstance(item, _Starting)]
-            endings = [item for item in batch if isinstance(item, _Ending)]
-            events = [event for event, _ in published]
-            if starts or endings:
-                # Settled here, their callers resume only after this task publishes the events below.
-                await self._commit(starts, events, endings)
-            else:
-                await self._write(events)
-            for event, publish in published:
-                try:
-                    publish(event)
-                except Exception:
-                    log.exception("turn %s: publishing event %d failed", event.turn_id, event.seq)
-            for _ in batch:
+            self._batch = [await self._queue.get()]
+            while len(self._batch) < MAX_BATCH and not self._queue.empty():
+                self._batch.append(self._queue.get_nowait())
+            try:
+                await self._commit_batch(self._batch)
+            except Exception as exc:  # a bug: the journal must go on, and no caller wait forever
+                log.exception("the event journal failed on a batch of %d", len(self._batch))
+                for item in self._batch:
+                    if isinstance(item, _Awaited):
+                        item.settle(exc)
+            for _ in self._batch:
                 self._queue.task_done()
+            self._batch = []
+
+    async def _commit_batch(self, batch: list[_Item]) -> None:
+        published = [item for item in batch if isinstance(item, tuple)]
+        starts = [item for item in batch if isinstance(item, _Starting)]
+        endings = [item for item in batch if isinstance(item, _Ending)]
+        events = [event for event, _ in published]
+        if starts or endings:
+            # Settled here, their callers resume only after this task publishes the events below.
+            await self._commit(starts, events, endings)
+        else:
+            await self._write(events)
+        for event, publish in published:
+            try:
+                publish(event)
+            except Exception:
+                log.exception("turn %s: publishing event %d failed", event.turn_id, event.seq)
+        for item in batch:
+            if isinstance(item, _Flushing):
+                item.settle(None)
 
     async def _commit(self, starts: list[_Starting], events: list[Event], endings: list[_Ending]) -> None:
         """One transaction for the batch; settles each start and end (publishing is the caller's)."""
@@ -155,18 +202,20 @@ class EventJournal:
                     return
                 await asyncio.sleep(delay)
 
-    async def flush(self, turn_id: str) -> list[Event]:
-        """Wait until everything put so far is stored and published; returns ``turn_id``'s events
-        that could not be stored."""
-        await self._queue.join()
-        return self._failed.pop(turn_id, [])
-
     async def close(self) -> None:
+        """Stop storing; whoever still waits on a start, an end or a flush learns it (never waits on)."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        while not self._queue.empty():  # a turn still waiting to end learns it will not
-            item = self._queue.get_nowait()
-            if isinstance(item, _Starting | _Ending):
-                item.settle(RuntimeError("the server stopped storing turns' events before this change was stored"))
+        cut_short = self._batch
+        self._batch = []
+        while not self._queue.empty():
+            cut_short.append(self._queue.get_nowait())
+        for item in cut_short:
+            if isinstance(item, _Awaited):
+                item.settle(JournalClosed())
+            else:
+                self._failed[item[0].turn_id].append(item[0])
+            self._queue.task_done()

@@ -98,8 +98,14 @@ class LeaseQueries(StoreBase):
         if not turn_ids:
             return set()
         mine = (TurnRow.id.in_(list(turn_ids)), TurnRow.runner == runner, TurnRow.status.in_(ACTIVE_STATUSES))
+        # Locked in id order first, as the journal's group commit locks turns: no cycle of waits.
+        locked = select(TurnRow.id).where(*mine).order_by(TurnRow.id).with_for_update()
         async with self.db.write() as session:
-            await session.execute(update(TurnRow).where(*mine).values(lease_expires_at=lease_end(lease_seconds)))
+            await session.execute(
+                update(TurnRow)
+                .where(TurnRow.id.in_(locked.scalar_subquery()))
+                .values(lease_expires_at=lease_end(lease_seconds))
+            )
             cancelled = await session.execute(select(TurnRow.id).where(*mine, TurnRow.cancel_requested.is_(True)))
             return set(cancelled.scalars())
 

@@ -1,9 +1,9 @@
 """Fleet's durable state: the queries and transactions over :mod:`fleet_rlm.store.tables`.
 
 Every method is one transaction. A turn is created ``queued``, becomes ``running``, and ends in
-:meth:`Store.finish_turn` (or :meth:`Store.finish_turns`, several at once), which commits its status,
-answer, terminal event and file changes at once, so a crash never leaves half a turn behind; :meth:`Store.interrupt_turns` closes turns whose
-process died.
+:meth:`Store.finish_turn`, which commits its status, answer, terminal event and file changes at once,
+so a crash never leaves half a turn behind (:meth:`Store.commit_turns` starts and ends the turns of a
+process together, with their events); :meth:`Store.interrupt_turns` closes turns whose process died.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
 from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.protocol.ids import SESSION_ID_PREFIX, is_session_id, new_session_id
@@ -309,12 +310,9 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             raise result
         return result
 
-    async def finish_turns(
-        self, ends: Sequence[TurnEnd], *, events: Sequence[Event] = ()
-    ) -> list[TurnRecord | Conflict | NotFound]:
-        """Store ``events`` (of any turns) and end each turn of ``ends``, in one transaction; see
-        :meth:`commit_turns`."""
-        return (await self.commit_turns(events=events, ends=ends)).ended
+    async def finish_turns(self, ends: Sequence[TurnEnd]) -> list[TurnRecord | Conflict | NotFound]:
+        """End each turn of ``ends`` in one transaction; see :meth:`commit_turns`."""
+        return (await self.commit_turns(ends=ends)).ended
 
     async def commit_turns(
         self, *, starts: Sequence[TurnStart] = (), events: Sequence[Event] = (), ends: Sequence[TurnEnd] = ()
@@ -322,21 +320,23 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         """In one transaction (the group commit of the turns a process runs): mark each of ``starts``
         running (as :meth:`mark_running`), store ``events`` (of any turns), and end each turn of ``ends``.
         Each end's result is its turn as ended, or the error that left it alone: ``NotFound``, or
-        ``turn_not_active`` when it already ended. Any other error rolls everything back. Under load
-        every round trip to the database waits for a busy event loop, so each part is one statement
-        for all its turns wherever it can be."""
+        ``turn_not_active`` when it already ended. Any other error rolls everything back.
+
+        Every turn concerned is locked first, in id order (as :meth:`renew_leases` locks), so two such
+        transactions never wait on each other in a cycle. Under load every round trip to the database
+        waits for a busy event loop, so each part is one statement for all its turns where it can be."""
         for end in ends:
             if end.status not in FINAL_STATUSES:
                 raise Invalid(f"{end.status!r} is not a final turn status")
         results: list[TurnRecord | Conflict | NotFound] = []
         rows_to_insert = [event_row(e) for e in events]
         sessions: set[str] = set()
-        now = utcnow()
         async with self.db.write() as session:
-            started = await self._start_turns(session, starts, now)
-            ids = [end.turn_id for end in ends]
+            now = utcnow()
+            ids = sorted({s.turn_id for s in starts} | {e.turn_id for e in ends})
             locked = select(TurnRow).where(TurnRow.id.in_(ids)).order_by(TurnRow.id).with_for_update()
             rows = {row.id: row for row in (await session.execute(locked)).scalars()} if ids else {}
+            started = await self._start_turns(session, starts, rows, now)
             for end in ends:
                 row = rows.get(end.turn_id)
                 if row is None:
@@ -368,20 +368,26 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             await notify(self.db, session, Channel.EVENTS, [*{e.turn_id for e in events}, *ended])
         return TurnCommit(started=started, ended=results)
 
-    async def _start_turns(self, session: AsyncSession, starts: Sequence[TurnStart], now: dt.datetime) -> set[str]:
-        started: set[str] = set()
+    async def _start_turns(
+        self, session: AsyncSession, starts: Sequence[TurnStart], rows: dict[str, TurnRow], now: dt.datetime
+    ) -> set[str]:
+        """Mark those of ``starts`` still queued (their rows locked) running, one statement per program
+        version; returns their ids."""
         by_version: dict[str | None, list[str]] = {}
         for start in starts:
-            by_version.setdefault(start.program_version, []).append(start.turn_id)
+            row = rows.get(start.turn_id)
+            if row is not None and row.status == TurnStatus.QUEUED:
+                by_version.setdefault(start.program_version, []).append(start.turn_id)
         for version, ids in by_version.items():
-            result = await session.execute(
+            await session.execute(
                 update(TurnRow)
-                .where(TurnRow.id.in_(ids), TurnRow.status == TurnStatus.QUEUED)
+                .where(TurnRow.id.in_(ids))
                 .values(status=TurnStatus.RUNNING, started_at=now, program_version=version)
-                .returning(TurnRow.id)
+                .execution_options(synchronize_session=False)
             )
-            started.update(result.scalars())
-        return started
+            for turn_id in ids:  # as stored now, without a second UPDATE at flush
+                set_committed_value(rows[turn_id], "status", TurnStatus.RUNNING)
+        return {turn_id for ids in by_version.values() for turn_id in ids}
 
     async def interrupt_turns(
         self, should_interrupt: Callable[[TurnRecord], bool], reason: str, *, lease_lapsed: bool = False
