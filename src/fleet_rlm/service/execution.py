@@ -298,12 +298,7 @@ class TurnExecution:
             log.warning("turn %s: its end was not stored with the others; committing it alone", self.turn_id)
         unwritten = await self.journal.flush(self.turn_id)
         alone = replace(end, events=[*unwritten, *end.events])
-        await commit_retrying(self.turn_id)(self._finish_alone, alone)
-
-    async def _finish_alone(self, end: TurnEnd) -> None:
-        (result,) = await self.store.finish_turns([end])
-        if isinstance(result, Exception):
-            raise result
+        await commit_retrying(self.turn_id)(self.store.end_turn, alone)
 
 
 def commit_retrying(turn_id: str) -> AsyncRetrying:

@@ -48,6 +48,11 @@ def _tail_start(size: int) -> int:
     return max(_SAMPLE, size - _SAMPLE)
 
 
+def _judged(record: FileRecord, head: bytes, tail: bytes) -> FileKind:
+    """The kind of ``record``'s file from its first sample and (a file longer than one) its last."""
+    return detect_kind(record.path, head, tail, head_is_whole_file=record.size <= _SAMPLE)
+
+
 class BadPath(Invalid):
     code = "invalid_path"
 
@@ -149,7 +154,7 @@ class SessionFiles:
                     tail = handle.read(_SAMPLE)
         except OSError:
             return FileKind.BINARY
-        return detect_kind(record.path, head, tail, head_is_whole_file=record.size <= _SAMPLE)
+        return _judged(record, head, tail)
 
     async def kinds(self, session_id: str, records: list[FileRecord]) -> list[FileKind]:
         """Each file's :meth:`kind`; a file this process does not hold is judged from its first and last
@@ -165,11 +170,7 @@ class SessionFiles:
             tail = b""
             if head is not None and record.size > _SAMPLE:
                 tail = await self.shared.read_range(session_id, record.sha256, _tail_start(record.size), _SAMPLE) or b""
-            kinds.append(
-                FileKind.BINARY
-                if head is None
-                else detect_kind(record.path, head, tail, head_is_whole_file=record.size <= _SAMPLE)
-            )
+            kinds.append(FileKind.BINARY if head is None else _judged(record, head, tail))
         return kinds
 
     def materialize(self, session_id: str, records: list[FileRecord], files: WorkspaceFiles) -> dict[str, str]:

@@ -305,14 +305,15 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             events=events,
             files=files,
         )
-        (result,) = await self.finish_turns([end])
+        return await self.end_turn(end)
+
+    async def end_turn(self, end: TurnEnd) -> TurnRecord:
+        """:meth:`finish_turn` for an end already gathered (a turn's commit of its own, after its group
+        commit failed); raises ``turn_not_active`` or ``NotFound`` as it does."""
+        (result,) = (await self.commit_turns(ends=[end])).ended
         if isinstance(result, StoreError):
             raise result
         return result
-
-    async def finish_turns(self, ends: Sequence[TurnEnd]) -> list[TurnRecord | Conflict | NotFound]:
-        """End each turn of ``ends`` in one transaction; see :meth:`commit_turns`."""
-        return (await self.commit_turns(ends=ends)).ended
 
     async def commit_turns(
         self, *, starts: Sequence[TurnStart] = (), events: Sequence[Event] = (), ends: Sequence[TurnEnd] = ()
