@@ -21,6 +21,7 @@ from fleet_rlm.api.server import server_settings
 from fleet_rlm.config import Settings
 from fleet_rlm.sandbox import cgroups
 from fleet_rlm.sandbox.base import SandboxLimits, SandboxSpec, SandboxUnavailable
+from fleet_rlm.sandbox.gate import start_gated
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
 from fleet_rlm.sandbox.owners import new_name
@@ -137,10 +138,9 @@ def test_process_count_cgroup_bounds_processes_of_any_user(backend: LocalSandbox
     group.create(256 * 2**20, 10)
     try:
         script = "import os, time\nn = 0\nfor _ in range(30):\n    try:\n        if os.fork() == 0:\n            time.sleep(5)\n            os._exit(0)\n        n += 1\n    except OSError:\n        pass\nprint(n)"
-        done = subprocess.run(
-            [sys.executable, "-c", script], preexec_fn=group.enter, capture_output=True, text=True, timeout=30
-        )
-        assert int(done.stdout) == 9  # ten tasks in all: the script and nine children
+        process = start_gated([sys.executable, "-c", script], group.place, stdout=subprocess.PIPE, text=True)
+        out, _ = process.communicate(timeout=30)
+        assert int(out) == 9  # ten tasks in all: the script and nine children
         assert group.task_refusals() > 0
     finally:
         assert group.kill_all()

@@ -6,8 +6,8 @@ pids only when delegated (enabled in the parent's ``cgroup.subtree_control``), C
 (``cpu.stat``) and the kill (``cgroup.kill``) from any writable cgroup2. Otherwise cgroup v1: the
 ``memory``, ``pids`` and ``cpuacct`` hierarchies, and ``freezer`` to kill without a race. A sandbox's
 cgroups are made under the host process's own cgroup in each hierarchy, so limits put on the host
-also bound its sandboxes. The bubblewrap process enters them between fork and exec, so everything
-the sandbox runs is inside from its first instruction.
+also bound its sandboxes. The sandbox's first process is moved into them while it is held at its
+start gate (``sandbox/gate.py``), so everything the sandbox runs is inside from its first instruction.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ class SandboxCgroups:
         self._lock = threading.Lock()
 
     def create(self, memory_bytes: int, max_tasks: int) -> None:
-        """Make the cgroups and set their limits; then :meth:`enter` in the child puts it inside."""
+        """Make the cgroups and set their limits; then :meth:`place` puts the first process inside."""
         try:
             for directory in self.dirs.values():
                 directory.mkdir(mode=0o755)
@@ -244,10 +244,10 @@ class SandboxCgroups:
         if (directory / "memory.memsw.limit_in_bytes").exists():
             _write(directory / "memory.memsw.limit_in_bytes", str(memory_bytes))
 
-    def enter(self) -> None:
-        """Move the calling process into every cgroup: run in the child between fork and exec."""
+    def place(self, pid: int) -> None:
+        """Move process ``pid`` into every cgroup (the sandbox's first process, before it runs)."""
         for fd in self._procs_fds:
-            os.write(fd, b"0")
+            os.write(fd, str(pid).encode())
 
     def close_fds(self) -> None:
         fds, self._procs_fds = self._procs_fds, []

@@ -1,7 +1,7 @@
 """One sandbox's whole-sandbox limits, from launch to teardown.
 
-A :class:`SandboxGuard` makes the cgroups and the sized /tmp before launch, gives the child its
-cgroups between fork and exec, hands bubblewrap the seccomp program, has the CPU time of all the
+A :class:`SandboxGuard` makes the cgroups and the sized /tmp before launch, puts its first process in
+its cgroups before that runs, hands bubblewrap the seccomp program, has the CPU time of all the
 sandbox's processes watched, explains what a limit did, kills every process at the end and removes
 what it made. A host exiting with sandboxes still running tears them down too.
 """
@@ -76,10 +76,10 @@ class SandboxGuard:
     def pass_fds(self) -> tuple[int, ...]:
         return (self.seccomp_fd,) if self.seccomp_fd is not None else ()
 
-    def enter(self) -> None:
-        """In the child between fork and exec: join the sandbox's cgroups."""
+    def place(self, pid: int) -> None:
+        """Move the sandbox's first process (held before it runs) into the sandbox's cgroups."""
         if self.cgroups is not None:
-            self.cgroups.enter()
+            self.cgroups.place(pid)
 
     def launched(self) -> None:
         """After the launch: drop the host's copies of the child's fds and start watching CPU time."""

@@ -31,6 +31,7 @@ from typing import Any
 import psutil
 
 from fleet_rlm.sandbox.base import SandboxLimits
+from fleet_rlm.sandbox.gate import Rlimit, set_rlimits, start_gated
 from fleet_rlm.sandbox.guard import SandboxGuard
 from fleet_rlm.sandbox.protections import MachineProtections
 from fleet_rlm.sandbox.spawner import on_lasting_thread
@@ -206,20 +207,21 @@ class Launcher:
         worker_args: list[str],
         env: dict[str, str],
         cwd: str,
-        preexec: Callable[[], None],
+        limits: list[Rlimit],
     ) -> LaunchedWorker:
-        """Spawn with the guard's cgroups entered before exec; the guard is torn down if that fails."""
+        """Spawn with the guard's cgroups entered and ``limits`` set before the command runs; the guard
+        is torn down if that fails."""
         if guard is None:
-            return self._spawn(argv, worker_args, env, cwd, preexec)
+            return self._spawn(argv, worker_args, env, cwd, lambda pid: set_rlimits(pid, limits))
 
         sandbox = guard
 
-        def enter_then() -> None:
-            sandbox.enter()
-            preexec()
+        def place(pid: int) -> None:
+            sandbox.place(pid)
+            set_rlimits(pid, limits)
 
         try:
-            launched = self._spawn(argv, worker_args, env, cwd, enter_then, guard.pass_fds)
+            launched = self._spawn(argv, worker_args, env, cwd, place, guard.pass_fds)
         except BaseException:
             guard.teardown()
             raise
@@ -250,7 +252,7 @@ class Launcher:
         worker_args: list[str],
         env: dict[str, str],
         cwd: str,
-        preexec: Callable[[], None],
+        place: Callable[[int], None],
         pass_fds: tuple[int, ...] = (),
     ) -> LaunchedWorker:
         command_r, command_w = os.pipe()
@@ -263,18 +265,16 @@ class Launcher:
                 fcntl.fcntl(fd, set_pipe_size, PIPE_SIZE)
         try:
             # From the spawner thread: --die-with-parent follows the thread that started the sandbox.
-            process = on_lasting_thread(
-                lambda: subprocess.Popen(
-                    [*argv, f"cmd_fd={command_r}", f"reply_fd={reply_w}", *worker_args],
-                    stdin=subprocess.DEVNULL,
-                    stdout=stdout_w,
-                    stderr=stderr_w,
-                    pass_fds=(command_r, reply_w, *pass_fds),
-                    env=env,
-                    cwd=cwd,
-                    start_new_session=True,
-                    preexec_fn=preexec,
-                )
+            process = start_gated(
+                [*argv, f"cmd_fd={command_r}", f"reply_fd={reply_w}", *worker_args],
+                place,
+                on_lasting_thread,
+                stdout=stdout_w,
+                stderr=stderr_w,
+                pass_fds=(command_r, reply_w, *pass_fds),
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
             )
         except OSError:
             for fd in (command_r, command_w, reply_r, reply_w, stdout_r, stdout_w, stderr_r, stderr_w):
@@ -416,29 +416,18 @@ def limit_arguments(limits: SandboxLimits) -> list[str]:
     ]
 
 
-def rlimits(limits: SandboxLimits, nproc: int) -> Callable[[], None]:
-    """The preexec function that sets the sandbox's resource limits in the child before exec."""
+def rlimits(limits: SandboxLimits, nproc: int) -> list[Rlimit]:
+    """The sandbox's resource limits, set on its first process before it runs."""
     memory = limits.memory_mb * 1024 * 1024
     file_size = limits.max_file_size_mb * 1024 * 1024
     cpu = limits.cpu_seconds
-    settings = [
+    return [
         (resource.RLIMIT_AS, (memory, memory)),
         (resource.RLIMIT_NPROC, (nproc, nproc)),
         (resource.RLIMIT_FSIZE, (file_size, file_size)),
         (resource.RLIMIT_CPU, (cpu, cpu + 5)),
         (resource.RLIMIT_CORE, (0, 0)),
     ]
-    strict = sys.platform.startswith("linux")  # elsewhere (unisolated only) some limits are unsupported
-
-    def apply() -> None:
-        for limit, value in settings:
-            try:
-                resource.setrlimit(limit, value)
-            except (ValueError, OSError):
-                if strict:
-                    raise
-
-    return apply
 
 
 def _processes(*attrs: str) -> Iterator[tuple[int, dict[str, Any]]]:

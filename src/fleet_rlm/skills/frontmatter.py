@@ -9,6 +9,7 @@ it, and what is wrong.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -86,9 +87,16 @@ def parse_skill_md(text: str, where: str) -> SkillHeader:
     return SkillHeader(name=name, description=description, body="".join(lines[end + 1 :]))
 
 
+@functools.lru_cache(maxsize=256)
+def _parsed(block: str) -> Any:
+    """The YAML of a front matter block, remembered: every turn finds every skill again (a skill may
+    have changed between turns), and parsing YAML was most of that cost. Errors are not remembered."""
+    return yaml.load(block, Loader=_StrictLoader)  # a SafeLoader: no tag builds an object
+
+
 def _load(block: str, where: str) -> dict[str, Any]:
     try:
-        data = yaml.load(block, Loader=_StrictLoader)  # a SafeLoader: no tag builds an object
+        data = _parsed(block)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         at = f"line {mark.line + 2}: " if mark is not None else ""  # +1: 0-based, +1: the opening fence
@@ -100,7 +108,7 @@ def _load(block: str, where: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         got = "nothing" if data is None else f"a {type(data).__name__}"
         raise SkillFormatError(where, f"the front matter must be 'key: value' lines (a mapping), not {got}")
-    return data
+    return dict(data)  # a copy: the remembered mapping is shared
 
 
 def _required_string(data: dict[str, Any], key: str, where: str) -> str:
