@@ -28,6 +28,7 @@ from fleet_rlm.service.overrides import check_session_settings
 from fleet_rlm.service.pool import SandboxPool
 from fleet_rlm.service.readiness import Readiness, ReadinessChecks
 from fleet_rlm.service.runners import is_dead, new_runner_id
+from fleet_rlm.service.submissions import SubmissionQueue
 from fleet_rlm.service.turn_processes import TurnProcesses
 from fleet_rlm.service.turns import TurnOperations
 from fleet_rlm.service.wakeups import Wakeups
@@ -102,6 +103,7 @@ class FleetService(TurnOperations):
         self._pool: SandboxPool | None = None
         self.channels = ChannelRegistry()
         self.journal = EventJournal(self.store)
+        self.submissions = SubmissionQueue(self.store)
         self.executions: dict[str, TurnExecution] = {}
         self.interrupted_at_start: list[TurnRecord] = []
         self.reaped_at_start: list[dict[str, Any]] = []
@@ -249,6 +251,7 @@ class FleetService(TurnOperations):
             await asyncio.sleep(0)  # trace ids handed over while it shut down start being stored
         if self._cleanups:
             await asyncio.wait(list(self._cleanups), timeout=SHUTDOWN_GRACE_SECONDS)
+        await self.submissions.close()
         await self.journal.close()
         if self._leases is not None:
             await self._leases.close()

@@ -26,10 +26,11 @@ from fleet_rlm.service.memory import MemoryBook
 from fleet_rlm.service.overrides import check_session_settings, effective_settings
 from fleet_rlm.service.pool import SandboxPool
 from fleet_rlm.service.runners import is_dead
+from fleet_rlm.service.submissions import SubmissionQueue
 from fleet_rlm.service.wakeups import Wakeups
 from fleet_rlm.service.worker import TurnWorker
 from fleet_rlm.service.writer import EventJournal
-from fleet_rlm.store import Conflict, Invalid, NotFound, SessionRecord, Store, StoreError, TurnRecord
+from fleet_rlm.store import Conflict, Invalid, NewTurn, NotFound, SessionRecord, Store, StoreError, TurnRecord
 
 if TYPE_CHECKING:
     from fleet_rlm.service.tracing import TurnTracer
@@ -71,6 +72,7 @@ class TurnOperations(ABC):
     files: SessionFiles
     memory: MemoryBook
     journal: EventJournal
+    submissions: SubmissionQueue
     channels: ChannelRegistry
     executions: dict[str, TurnExecution]
     wakeups: Wakeups
@@ -111,15 +113,17 @@ class TurnOperations(ABC):
         # kernel; otherwise queued for that process, or whichever has room first.
         here = self.worker is not None and await self._kernel_here_or_nowhere(session.id) and self.worker.reserve()
         try:
-            turn, created = await self.store.create_turn(
-                session.id,
-                submission.message,
-                context_paths=context_paths,
-                options=options,
-                idempotency_key=idempotency_key,
-                runner=self.runner if here else None,
-                lease_seconds=self.settings.worker.lease_seconds,
-                history=submission.history,
+            turn, created = await self.submissions.create(
+                NewTurn(
+                    session.id,
+                    submission.message,
+                    context_paths=context_paths,
+                    options=options,
+                    idempotency_key=idempotency_key,
+                    runner=self.runner if here else None,
+                    lease_seconds=self.settings.worker.lease_seconds,
+                    history=submission.history,
+                )
             )
         except BaseException:
             if here and self.worker is not None:

@@ -139,6 +139,21 @@ class FileChanges:
 
 
 @dataclass(frozen=True)
+class NewTurn:
+    """A turn to queue in a session (by id or name), as :meth:`fleet_rlm.store.Store.create_turn` takes it."""
+
+    session_ref: str
+    message: str
+    context_paths: Sequence[str] = ()
+    options: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+    runner: str | None = None
+    lease_seconds: float | None = None
+    history: list[tuple[str, str | None]] | None = None
+    turn_id: str | None = None
+
+
+@dataclass(frozen=True)
 class TurnStart:
     """A queued turn about to run, marked ``running`` with the program version it runs."""
 

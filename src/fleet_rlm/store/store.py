@@ -27,13 +27,14 @@ from fleet_rlm.store.errors import Conflict, Invalid, NotFound, StoreError
 from fleet_rlm.store.evaluation import EvalQueries
 from fleet_rlm.store.events import EventQueries
 from fleet_rlm.store.files import FileQueries
-from fleet_rlm.store.leases import LeaseQueries, lease_end
+from fleet_rlm.store.leases import LeaseQueries
 from fleet_rlm.store.memory import MemoryQueries
 from fleet_rlm.store.notify import Channel, notify
 from fleet_rlm.store.records import (
     FileChanges,
     FileRecord,
     MemoryRecord,
+    NewTurn,
     SessionRecord,
     TurnCommit,
     TurnEnd,
@@ -41,6 +42,7 @@ from fleet_rlm.store.records import (
     TurnStart,
     row_values,
 )
+from fleet_rlm.store.submissions import Created, create_together, in_progress, new_turn_row, reused_key
 from fleet_rlm.store.tables import EventRow, SessionRow, TurnRow, utcnow
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -187,6 +189,9 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
 
         With ``runner`` the turn is claimed by it at once (under a lease of ``lease_seconds``, if given);
         without, it waits for a worker to claim it, and workers are told."""
+        new = NewTurn(
+            session_ref, message, context_paths, options, idempotency_key, runner, lease_seconds, history, turn_id
+        )
         for attempt in range(2):
             try:
                 async with self.db.write() as session:
@@ -194,34 +199,14 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
                     if idempotency_key is not None:
                         existing = await self._turn_by_key(session, sess.id, idempotency_key)
                         if existing is not None:
-                            if existing.message != message or list(existing.context_paths) != list(context_paths):
-                                raise Invalid(
-                                    f"idempotency key {idempotency_key!r} was already used for a different turn",
-                                    code="idempotency_key_reused",
-                                )
+                            if (refused := reused_key(new, existing)) is not None:
+                                raise refused
                             return TurnRecord.of(existing), False
                     active = await self._active_turn(session, sess.id)
                     if active is not None:
-                        raise Conflict(
-                            f"turn {active.id} is still {active.status} in session {session_ref!r}",
-                            code="turn_in_progress",
-                        )
+                        raise in_progress(active, session_ref)
                     last = await session.scalar(select(func.max(TurnRow.position)).where(TurnRow.session_id == sess.id))
-                    row = TurnRow(
-                        id=turn_id or new_id("turn"),
-                        session_id=sess.id,
-                        position=(last or 0) + 1,
-                        message=message,
-                        context_paths=list(context_paths),
-                        options=dict(options or {}),
-                        status=TurnStatus.QUEUED,
-                        usage={},
-                        artifacts=[],
-                        idempotency_key=idempotency_key,
-                        runner=runner,
-                        lease_expires_at=lease_end(lease_seconds) if runner and lease_seconds else None,
-                        history=[list(pair) for pair in history] if history is not None else None,
-                    )
+                    row = new_turn_row(new, sess.id, (last or 0) + 1)
                     session.add(row)
                     sess.updated_at = utcnow()
                     if runner is None:
@@ -232,6 +217,36 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
                 if attempt:
                     raise
         raise AssertionError("unreachable")
+
+    async def create_turns(self, news: Sequence[NewTurn]) -> list[Created]:
+        """Queue several turns in one transaction (in order), each answered as :meth:`create_turn` would:
+        its turn and whether it is new, or the error it would raise. If that transaction fails on a
+        constraint (a concurrent writer came between), each is queued alone."""
+        try:
+            async with self.db.write() as session:
+                answers, added = await create_together(session, news)
+                queued = [row.id for row in added if row.runner is None]
+                if queued:
+                    await notify(self.db, session, Channel.QUEUED, queued)
+            return answers
+        except IntegrityError:
+            return [await self._create_alone(new) for new in news]
+
+    async def _create_alone(self, new: NewTurn) -> Created:
+        try:
+            return await self.create_turn(
+                new.session_ref,
+                new.message,
+                context_paths=new.context_paths,
+                options=new.options,
+                idempotency_key=new.idempotency_key,
+                runner=new.runner,
+                lease_seconds=new.lease_seconds,
+                history=new.history,
+                turn_id=new.turn_id,
+            )
+        except Exception as exc:  # its own answer: the others' stand
+            return exc
 
     async def get_turn(self, turn_id: str) -> TurnRecord:
         async with self.db.read() as session:

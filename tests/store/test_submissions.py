@@ -1,0 +1,97 @@
+"""Turns submitted together are queued in one transaction, on SQLite and PostgreSQL, each answered as if
+it had been submitted alone."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.exc import IntegrityError
+
+from fleet_rlm.protocol.status import TurnStatus
+from fleet_rlm.store import Conflict, Invalid, NewTurn, NotFound, Store, TurnRecord
+
+pytestmark = pytest.mark.anyio
+
+
+def counting_commits(store: Store) -> list[int]:
+    commits: list[int] = []
+    event.listen(store.db.write_engine.sync_engine, "commit", lambda _connection: commits.append(1))
+    return commits
+
+
+async def test_turns_of_many_sessions_are_queued_in_one_transaction(store: Store) -> None:
+    sessions = [await store.create_session(name=f"s{index}") for index in range(5)]
+    await store.create_turn(sessions[0].id, "earlier")
+    await store.finish_turn((await store.list_turns(sessions[0].id))[0].id, status=TurnStatus.COMPLETED, answer="ok")
+    commits = counting_commits(store)
+
+    answers = await store.create_turns([NewTurn(s.id, f"task {i}") for i, s in enumerate(sessions)])
+
+    assert len(commits) == 1
+    turns = [answer[0] for answer in answers if isinstance(answer, tuple)]
+    assert [answer[1] for answer in answers if isinstance(answer, tuple)] == [True] * 5
+    assert [turn.message for turn in turns] == [f"task {i}" for i in range(5)]
+    assert [turn.position for turn in turns] == [2, 1, 1, 1, 1]  # after the session's earlier turn
+    assert all(turn.status is TurnStatus.QUEUED and turn.created_at is not None for turn in turns)
+    for session, turn in zip(sessions, turns, strict=True):
+        assert await store.get_turn(turn.id) == turn
+        assert (await store.get_session(session.id)).updated_at >= session.updated_at
+
+
+async def test_each_refused_submission_gets_its_own_error_and_the_others_are_queued(store: Store) -> None:
+    busy = await store.create_session(name="busy")
+    running, _ = await store.create_turn(busy.id, "still going")
+    free = await store.create_session(name="free")
+    keyed = await store.create_session(name="keyed")
+    first_keyed, _ = await store.create_turn(keyed.id, "keyed task", idempotency_key="k1")
+    await store.finish_turn(first_keyed.id, status=TurnStatus.COMPLETED, answer="done")
+
+    answers = await store.create_turns(
+        [
+            NewTurn("busy", "another"),  # by name, and its session has a turn in progress
+            NewTurn("no-such-session", "lost"),
+            NewTurn(free.id, "first of two"),
+            NewTurn(free.id, "second of two"),  # the first, just queued, is in progress
+            NewTurn(keyed.id, "keyed task", idempotency_key="k1"),  # the same request again
+            NewTurn(keyed.id, "something else", idempotency_key="k1"),  # the key reused for another
+        ]
+    )
+
+    conflict, missing, queued, second, repeated, reused = answers
+    assert isinstance(conflict, Conflict) and conflict.code == "turn_in_progress" and running.id in str(conflict)
+    assert isinstance(missing, NotFound) and "no-such-session" in str(missing)
+    assert isinstance(queued, tuple) and queued[1] is True and queued[0].message == "first of two"
+    assert isinstance(second, Conflict) and queued[0].id in str(second)
+    assert isinstance(repeated, tuple) and repeated == (first_keyed_now := await store.get_turn(first_keyed.id), False)
+    assert first_keyed_now.status is TurnStatus.COMPLETED
+    assert isinstance(reused, Invalid) and reused.code == "idempotency_key_reused"
+    assert [turn.message for turn in await store.list_turns(free.id)] == ["first of two"]
+    assert [turn.message for turn in await store.list_turns(busy.id)] == ["still going"]
+
+
+async def test_one_key_twice_in_a_batch_creates_one_turn(store: Store) -> None:
+    session = await store.create_session(name="twice")
+    first, again = await store.create_turns(
+        [NewTurn(session.id, "task", idempotency_key="same"), NewTurn(session.id, "task", idempotency_key="same")]
+    )
+    assert isinstance(first, tuple) and isinstance(again, tuple)
+    assert first[1] is True and again[1] is False
+    assert again[0].id == first[0].id
+    assert len(await store.list_turns(session.id)) == 1
+
+
+async def test_a_batch_that_trips_on_a_constraint_queues_each_alone(store: Store) -> None:
+    """A turn id already taken (as a concurrent writer's insert would) fails the batch's transaction: each
+    submission is then stored alone and answered by itself."""
+    taken = await store.create_session(name="taken")
+    existing, _ = await store.create_turn(taken.id, "already there")
+    await store.finish_turn(existing.id, status=TurnStatus.COMPLETED, answer="ok")
+    other = await store.create_session(name="other")
+
+    answers = await store.create_turns([NewTurn(other.id, "fine"), NewTurn(taken.id, "clash", turn_id=existing.id)])
+
+    fine, clash = answers
+    assert isinstance(fine, tuple) and fine[1] is True
+    assert isinstance(await store.get_turn(fine[0].id), TurnRecord)
+    assert isinstance(clash, IntegrityError)  # its own failure, raised to its caller alone: nothing of it stored
+    assert [turn.message for turn in await store.list_turns(taken.id)] == ["already there"]
