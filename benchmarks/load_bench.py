@@ -80,6 +80,7 @@ def responder(iterations: int, delay: float) -> Any:
 @dataclass
 class TurnTiming:
     submitted: float = 0.0
+    accepted: float = 0.0
     first_event: float = 0.0
     first_emitted: float = 0.0
     finished: float = 0.0
@@ -166,6 +167,11 @@ class ModelProcess:
         self._process = context.Process(target=self._serve, args=(iterations, delay), daemon=True)
         self.base_url = ""
 
+    @property
+    def pid(self) -> int:
+        assert self._process.pid is not None
+        return self._process.pid
+
     def _serve(self, iterations: int, delay: float) -> None:
         with ScriptedModelServer(ScriptedModel(default=responder(iterations, delay))) as server:
             self._send.send(server.base_url)
@@ -183,13 +189,16 @@ class ModelProcess:
         self._process.join(timeout=10)
 
 
-def cpu_by_part(server_pid: int) -> dict[str, float]:
+def cpu_by_part(server_pid: int, model_pid: int) -> dict[str, float]:
     """CPU seconds used so far by the server process, by its turn processes (those alive now: one replaced
-    during the run loses its share), and by the whole machine (busy time of all cores, /proc/stat). In
-    worker topologies the turn processes are the workers' and are not counted here; the machine's
-    figure covers them."""
+    during the run loses its share), by the children it has reaped (sandboxes that ended), by the scripted
+    model, by this load client, and by the whole machine (busy time of all cores, /proc/stat). In worker
+    topologies the turn processes are the workers' and are not counted here; the machine's figure covers
+    them."""
     server = psutil.Process(server_pid)
     own = server.cpu_times()
+    model = psutil.Process(model_pid).cpu_times()
+    client = psutil.Process().cpu_times()
     turn_processes = 0.0
     for child in server.children():
         with contextlib.suppress(psutil.Error):
@@ -198,7 +207,14 @@ def cpu_by_part(server_pid: int) -> dict[str, float]:
                 turn_processes += times.user + times.system
     machine = psutil.cpu_times()
     busy = machine.user + machine.nice + machine.system + machine.irq + machine.softirq + machine.steal
-    return {"server": own.user + own.system, "turn processes": turn_processes, "machine": busy}
+    return {
+        "server": own.user + own.system,
+        "turn processes": turn_processes,
+        "reaped children": own.children_user + own.children_system,
+        "scripted model": model.user + model.system,
+        "load client": client.user + client.system,
+        "machine": busy,
+    }
 
 
 def free_port() -> int:
@@ -211,6 +227,7 @@ async def run_turn(client: httpx.AsyncClient, session_id: str, timing: TurnTimin
     timing.submitted = time.time()
     accepted = await client.post(f"/sessions/{session_id}/turns", json={"message": "count to three"})
     accepted.raise_for_status()
+    timing.accepted = time.time()
     turn_id = accepted.json()["id"]
     async with client.stream("GET", f"/turns/{turn_id}/events", timeout=httpx.Timeout(30, read=600)) as stream:
         async for frame in aevent_frames(stream):
@@ -454,12 +471,15 @@ def measure(
                 raise RuntimeError("the server did not start")
             wait_workers(worker_logs)
             sampler = MemorySampler(server.pid)
-            cpu_before = cpu_by_part(server.pid)
+            cpu_before = cpu_by_part(server.pid, model_server.pid)
             sampler.start()
             timings = asyncio.run(load(base_url, args.sessions))
             sampler.stop()
             server_peak_kb = sampler.process_peak_kb()
-            cpu = {part: round(after - cpu_before[part], 2) for part, after in cpu_by_part(server.pid).items()}
+            cpu = {
+                part: round(after - cpu_before[part], 2)
+                for part, after in cpu_by_part(server.pid, model_server.pid).items()
+            }
         finally:
             for process in [server, *worker_processes]:
                 process.terminate()
@@ -471,6 +491,7 @@ def measure(
     end = max(t.finished for t in timings)
     first = [t.first_event - t.submitted for t in timings]
     emitted = [t.first_emitted - t.submitted for t in timings]
+    accepted = [t.accepted - t.submitted for t in timings]
     lags = [lag for t in timings for lag in t.lags]
     lags_by_type: dict[str, list[float]] = {}
     for t in timings:
@@ -492,6 +513,7 @@ def measure(
         "iterations_per_turn_observed": sorted({t.iterations for t in timings}),
         "turns_per_second": round(args.sessions / (end - start), 2),
         "wall_seconds": round(end - start, 2),
+        "submission_p50_p99_ms": [round(percentile(accepted, share) * 1000, 1) for share in (0.5, 0.99)],
         "time_to_first_event_p50_ms": round(percentile(first, 0.5) * 1000, 1),
         "time_to_first_event_p99_ms": round(percentile(first, 0.99) * 1000, 1),
         "first_event_emitted_p50_ms": round(percentile(emitted, 0.5) * 1000, 1),
@@ -504,6 +526,7 @@ def measure(
         "server_cpu_seconds": cpu["server"],
         "turn_processes_cpu_seconds": cpu["turn processes"],
         "machine_busy_cpu_seconds": cpu["machine"],
+        "cpu_seconds_by_part": cpu,
         "server_peak_rss_mb": round(server_peak_kb / 1024, 1),
         "server_and_sandboxes_peak_rss_mb": round(sampler.peak_tree_kb / 1024, 1),
         "pool_acquire_to_first_execution_warm_ms": round(warm * 1000, 2),
