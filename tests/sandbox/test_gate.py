@@ -47,10 +47,10 @@ def test_the_host_process_is_not_forked(tmp_path: Path) -> None:
 def test_a_failed_placement_runs_nothing_and_raises(tmp_path: Path) -> None:
     started: list[subprocess.Popen[bytes]] = []
 
-    def spawn(start: object) -> subprocess.Popen[bytes]:
-        process = start()  # type: ignore[operator]
+    def spawn(start: object) -> tuple[subprocess.Popen[bytes], int]:
+        process, gate = start()  # type: ignore[operator]
         started.append(process)
-        return process
+        return process, gate
 
     def refuse(pid: int) -> None:
         raise PermissionError(f"cannot move {pid} into the cgroup")
@@ -80,3 +80,9 @@ def test_a_closed_gate_exits_without_running_the_command(tmp_path: Path) -> None
     os.close(read_end)
     assert done.returncode == GATE_EXIT
     assert not (tmp_path / "escaped").exists()
+
+
+def test_the_command_gets_no_descriptor_but_its_own_and_reads_nothing_from_the_gate(tmp_path: Path) -> None:
+    done = _run("ls /proc/self/fd; cat", lambda pid: None, tmp_path)  # cat: stdin is /dev/null, so it ends
+    assert done.returncode == 0
+    assert sorted(int(fd) for fd in done.stdout.split()) == [0, 1, 2, 3]  # 3: ls's own directory handle

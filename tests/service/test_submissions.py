@@ -15,6 +15,19 @@ from fleet_rlm.store import NotFound
 pytestmark = pytest.mark.anyio
 
 
+def hold_batches(service: FleetService) -> asyncio.Event:
+    """Batches of submissions wait to be stored until the returned event is set."""
+    release = asyncio.Event()
+    store_turns = service.store.create_turns
+
+    async def held(news):  # type: ignore[no-untyped-def]
+        await release.wait()
+        return await store_turns(news)
+
+    service.store.create_turns = held  # type: ignore[method-assign]
+    return release
+
+
 async def test_a_burst_of_submissions_is_queued_in_a_few_transactions(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
@@ -38,3 +51,51 @@ async def test_a_burst_of_submissions_is_queued_in_a_few_transactions(
         assert isinstance(answer, tuple)
         done = await service.wait_for_turn(answer[0].id)
         assert done.message.startswith("task of burst-") and done.status == "completed", done.error
+
+
+async def test_a_turn_stored_for_a_caller_that_went_away_still_runs(
+    service: FleetService, model_server: ScriptedModelServer
+) -> None:
+    """Cancelled once its submission was taken into a batch, the caller hears the cancel, but the turn
+    it stored is started (its room is not given back with the turn left queued): the session is not
+    stuck with a turn nobody runs."""
+    model_server.script("root", rlm_step("Done.", "SUBMIT(answer='ok')"))
+    session = await service.create_session(name="gone")
+    release = hold_batches(service)
+    caller = asyncio.create_task(service.submit_turn(session.id, TurnSubmission(message="left behind")))
+    while not service.submissions._task:  # taken into a batch, which waits for ``release``
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    caller.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+
+    for _ in range(500):  # its batch finishes storing after the caller was told
+        if turns := await service.list_turns(session.id):
+            break
+        await asyncio.sleep(0.01)
+    assert [turn.message for turn in turns] == ["left behind"]
+    done = await service.wait_for_turn(turns[0].id)
+    assert done.status == "completed", done.error
+    again, created = await service.submit_turn(session.id, TurnSubmission(message="next"))
+    assert created
+    await service.wait_for_turn(again.id)
+
+
+async def test_a_caller_cancelled_before_its_batch_stores_nothing(service: FleetService) -> None:
+    sessions = [await service.create_session(name=f"wait-{index}") for index in range(2)]
+    release = hold_batches(service)
+    first = asyncio.create_task(service.submit_turn(sessions[0].id, TurnSubmission(message="first")))
+    while not service.submissions._task:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # the first batch is being stored: the second waits for the next
+    second = asyncio.create_task(service.submit_turn(sessions[1].id, TurnSubmission(message="second")))
+    await asyncio.sleep(0.05)
+    second.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    turn, _ = await first
+    assert await service.list_turns(sessions[1].id) == []
+    await service.wait_for_turn(turn.id)

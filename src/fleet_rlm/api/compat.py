@@ -9,6 +9,7 @@ models stream theirs), its answer as ``content``. A client that goes away cancel
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -35,7 +36,7 @@ from fleet_rlm.protocol.routes import Mode
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
-from fleet_rlm.store import SessionRecord, TurnRecord
+from fleet_rlm.store import SessionRecord, StoreError, TurnRecord
 
 MODEL = "fleet-rlm"
 EPHEMERAL_TITLE = "ephemeral: an OpenAI-compatible call without a session"
@@ -195,8 +196,9 @@ class CompletionCall:
         try:
             turn, _ = await service.submit_turn(session.id, submission)
         except BaseException:
-            if not ref:
-                await service.delete_session(session.id)
+            if not ref:  # refused only if the turn was stored all the same (its request cancelled meanwhile)
+                with contextlib.suppress(StoreError):
+                    await service.delete_session(session.id)
             raise
         if not ref:
             service.delete_when_done(session.id, turn.id)

@@ -23,8 +23,8 @@ from typing import Any
 SHELL = "/bin/sh"
 # The gate: one line read from stdin (the gate pipe), then the command, stdin from /dev/null. At end
 # of file without a line (the host closed the gate unopened) the shell exits without running it.
-GATE_SCRIPT = 'read -r _ || exit 126; exec "$@" </dev/null'
-GATE_EXIT = 126
+GATE_SCRIPT = 'read -r _ || exit 125; exec "$@" </dev/null'
+GATE_EXIT = 125  # not one of the shell's own (126: not executable, 127: not found)
 
 Rlimit = tuple[int, tuple[int, int]]
 
@@ -32,22 +32,29 @@ Rlimit = tuple[int, tuple[int, int]]
 def start_gated(
     argv: Sequence[str],
     place: Callable[[int], None],
-    spawn: Callable[[Callable[[], subprocess.Popen[bytes]]], subprocess.Popen[bytes]] = lambda start: start(),
+    spawn: Callable[[Callable[[], tuple[subprocess.Popen[bytes], int]]], tuple[subprocess.Popen[bytes], int]] = (
+        lambda start: start()
+    ),
     **popen: Any,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` held at the gate, ``place(pid)`` it, then let it run; ``spawn`` runs the start
     (on the thread the process must belong to). ``popen`` are :class:`subprocess.Popen`'s other
     arguments (not ``stdin``: the gate is the child's stdin until it runs, /dev/null after)."""
-    gate_r, gate_w = os.pipe()
-    try:
-        process = spawn(
-            lambda: subprocess.Popen([SHELL, "-c", GATE_SCRIPT, "fleet-gate", *argv], stdin=gate_r, **popen)
-        )
-    except BaseException:
-        os.close(gate_w)
-        raise
-    finally:
-        os.close(gate_r)
+
+    def start() -> tuple[subprocess.Popen[bytes], int]:
+        # The pipe is made and its reading end closed where the process starts: a caller interrupted
+        # while waiting for ``spawn`` never closes a descriptor Popen is still using.
+        gate_r, gate_w = os.pipe()
+        try:
+            process = subprocess.Popen([SHELL, "-c", GATE_SCRIPT, "fleet-gate", *argv], stdin=gate_r, **popen)
+        except BaseException:
+            os.close(gate_w)
+            raise
+        finally:
+            os.close(gate_r)
+        return process, gate_w
+
+    process, gate_w = spawn(start)
     try:
         place(process.pid)
         os.write(gate_w, b"\n")

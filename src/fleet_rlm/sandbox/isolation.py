@@ -276,7 +276,7 @@ class Launcher:
                 cwd=cwd,
                 start_new_session=True,
             )
-        except OSError:
+        except BaseException:
             for fd in (command_r, command_w, reply_r, reply_w, stdout_r, stdout_w, stderr_r, stderr_w):
                 os.close(fd)
             raise

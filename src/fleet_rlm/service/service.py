@@ -237,6 +237,7 @@ class FleetService(TurnOperations):
         ``interrupted``), tear the pool down, close the database."""
         if self.worker is not None:
             await self.worker.drain()
+        await self.submissions.close()  # a turn stored meanwhile is among the executions below
         running = [e.task for e in self.executions.values() if e.task is not None]
         if drain and running:
             await asyncio.wait(running, timeout=drain)
@@ -251,7 +252,6 @@ class FleetService(TurnOperations):
             await asyncio.sleep(0)  # trace ids handed over while it shut down start being stored
         if self._cleanups:
             await asyncio.wait(list(self._cleanups), timeout=SHUTDOWN_GRACE_SECONDS)
-        await self.submissions.close()
         await self.journal.close()
         if self._leases is not None:
             await self._leases.close()

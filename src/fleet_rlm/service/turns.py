@@ -112,29 +112,27 @@ class TurnOperations(ABC):
         # Run here at once when this process has room and no other live process keeps the session's
         # kernel; otherwise queued for that process, or whichever has room first.
         here = self.worker is not None and await self._kernel_here_or_nowhere(session.id) and self.worker.reserve()
-        try:
-            turn, created = await self.submissions.create(
-                NewTurn(
-                    session.id,
-                    submission.message,
-                    context_paths=context_paths,
-                    options=options,
-                    idempotency_key=idempotency_key,
-                    runner=self.runner if here else None,
-                    lease_seconds=self.settings.worker.lease_seconds,
-                    history=submission.history,
-                )
-            )
-        except BaseException:
-            if here and self.worker is not None:
-                self.worker.release()
-            raise
-        if here and self.worker is not None:
-            if created:
-                self._start_execution(turn, session, held=True)
+
+        def settle(answer: tuple[TurnRecord, bool] | BaseException) -> None:
+            """Start a turn claimed here, or give the room back; even if the caller went away."""
+            if not here or self.worker is None:
+                return
+            if isinstance(answer, tuple) and answer[1]:
+                self._start_execution(answer[0], session, held=True)
             else:
                 self.worker.release()
-        return turn, created
+
+        new = NewTurn(
+            session.id,
+            submission.message,
+            context_paths=context_paths,
+            options=options,
+            idempotency_key=idempotency_key,
+            runner=self.runner if here else None,
+            lease_seconds=self.settings.worker.lease_seconds,
+            history=submission.history,
+        )
+        return await self.submissions.create(new, settle)
 
     async def _kernel_here_or_nowhere(self, session_id: str) -> bool:
         if not self.kernel_affinity_seconds:

@@ -17,6 +17,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.exc import StaleDataError
 
 from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.protocol.ids import SESSION_ID_PREFIX, is_session_id, new_session_id
@@ -229,7 +230,7 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
                 if queued:
                     await notify(self.db, session, Channel.QUEUED, queued)
             return answers
-        except IntegrityError:
+        except (IntegrityError, StaleDataError):  # a concurrent writer came between (a session deleted, say)
             return [await self._create_alone(new) for new in news]
 
     async def _create_alone(self, new: NewTurn) -> Created:
