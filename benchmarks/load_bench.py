@@ -519,6 +519,7 @@ def measure(
         "first_event_emitted_p50_ms": round(percentile(emitted, 0.5) * 1000, 1),
         "event_lag_p50_ms": round(percentile(lags, 0.5) * 1000, 1),
         "event_lag_p99_ms": round(percentile(lags, 0.99) * 1000, 1),
+        "events_by_type": {kind: len(values) for kind, values in sorted(lags_by_type.items())},
         "event_lag_p50_p99_ms_by_type": {
             kind: [round(percentile(values, 0.5) * 1000, 1), round(percentile(values, 0.99) * 1000, 1)]
             for kind, values in sorted(lags_by_type.items())
