@@ -9,8 +9,9 @@ from sqlalchemy import event
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.submissions import SubmissionQueue, SubmissionsClosed
 from fleet_rlm.service.turns import TurnSubmission
-from fleet_rlm.store import NotFound
+from fleet_rlm.store import NewTurn, NotFound
 
 pytestmark = pytest.mark.anyio
 
@@ -99,3 +100,15 @@ async def test_a_caller_cancelled_before_its_batch_stores_nothing(service: Fleet
     turn, _ = await first
     assert await service.list_turns(sessions[1].id) == []
     await service.wait_for_turn(turn.id)
+
+
+async def test_a_submission_after_the_queue_closed_is_refused_and_still_settled(service: FleetService) -> None:
+    """Refused, it is settled all the same: a turn's room taken before submitting is given back."""
+    session = await service.create_session(name="late")
+    queue = SubmissionQueue(service.store)
+    await queue.close()
+    settled: list[object] = []
+    with pytest.raises(SubmissionsClosed):
+        await queue.create(NewTurn(session.id, "too late"), settled.append)
+    assert len(settled) == 1 and isinstance(settled[0], SubmissionsClosed)
+    assert await service.list_turns(session.id) == []

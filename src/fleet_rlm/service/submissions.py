@@ -38,9 +38,10 @@ class SubmissionQueue:
 
     async def create(self, new: NewTurn, settle: Settle = lambda _answer: None) -> tuple[TurnRecord, bool]:
         """Queue ``new`` with whatever else is submitted meanwhile; its turn and whether it is new."""
-        if self._closed:
-            raise SubmissionsClosed("the service is stopping")
         item = _Item(new, settle, asyncio.get_running_loop().create_future())
+        if self._closed:
+            item.deliver(SubmissionsClosed("the service is stopping"))
+            raise SubmissionsClosed("the service is stopping")
         self._waiting.append(item)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._store_batches(), name="submissions")
