@@ -43,7 +43,7 @@ from fleet_rlm.store.records import (
     TurnStart,
     row_values,
 )
-from fleet_rlm.store.submissions import Created, create_together, in_progress, new_turn_row, reused_key
+from fleet_rlm.store.submissions import Created, create_together
 from fleet_rlm.store.tables import EventRow, SessionRow, TurnRow, utcnow
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -168,10 +168,6 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         query = select(TurnRow).where(TurnRow.session_id == session_id, TurnRow.status.in_(ACTIVE_STATUSES))
         return (await session.execute(query)).scalar_one_or_none()
 
-    async def _turn_by_key(self, session: AsyncSession, session_id: str, key: str) -> TurnRow | None:
-        query = select(TurnRow).where(TurnRow.session_id == session_id, TurnRow.idempotency_key == key)
-        return (await session.execute(query)).scalar_one_or_none()
-
     async def create_turn(
         self,
         session_ref: str,
@@ -190,64 +186,48 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
 
         With ``runner`` the turn is claimed by it at once (under a lease of ``lease_seconds``, if given);
         without, it waits for a worker to claim it, and workers are told."""
-        new = NewTurn(
-            session_ref, message, context_paths, options, idempotency_key, runner, lease_seconds, history, turn_id
+        return await self._create_one(
+            NewTurn(
+                session_ref, message, context_paths, options, idempotency_key, runner, lease_seconds, history, turn_id
+            )
         )
-        for attempt in range(2):
-            try:
-                async with self.db.write() as session:
-                    sess = await self._session_row(session, session_ref)
-                    if idempotency_key is not None:
-                        existing = await self._turn_by_key(session, sess.id, idempotency_key)
-                        if existing is not None:
-                            if (refused := reused_key(new, existing)) is not None:
-                                raise refused
-                            return TurnRecord.of(existing), False
-                    active = await self._active_turn(session, sess.id)
-                    if active is not None:
-                        raise in_progress(active, session_ref)
-                    last = await session.scalar(select(func.max(TurnRow.position)).where(TurnRow.session_id == sess.id))
-                    row = new_turn_row(new, sess.id, (last or 0) + 1)
-                    session.add(row)
-                    sess.updated_at = utcnow()
-                    if runner is None:
-                        await notify(self.db, session, Channel.QUEUED, [row.id])
-                return TurnRecord.of(row), True
-            except IntegrityError:
-                # A concurrent request won the race; the second pass reports what it created.
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
 
     async def create_turns(self, news: Sequence[NewTurn]) -> list[Created]:
         """Queue several turns in one transaction (in order), each answered as :meth:`create_turn` would:
         its turn and whether it is new, or the error it would raise. If that transaction fails on a
         constraint (a concurrent writer came between), each is queued alone."""
         try:
-            async with self.db.write() as session:
-                answers, added = await create_together(session, news)
-                queued = [row.id for row in added if row.runner is None]
-                if queued:
-                    await notify(self.db, session, Channel.QUEUED, queued)
-            return answers
+            return await self._create_together(news)
         except (IntegrityError, StaleDataError):  # a concurrent writer came between (a session deleted, say)
             return [await self._create_alone(new) for new in news]
 
+    async def _create_one(self, new: NewTurn) -> tuple[TurnRecord, bool]:
+        for attempt in range(2):
+            try:
+                (answer,) = await self._create_together([new])
+            except IntegrityError:
+                # A concurrent request won the race; the second pass reports what it created.
+                if attempt:
+                    raise
+                continue
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        raise AssertionError("unreachable")
+
     async def _create_alone(self, new: NewTurn) -> Created:
         try:
-            return await self.create_turn(
-                new.session_ref,
-                new.message,
-                context_paths=new.context_paths,
-                options=new.options,
-                idempotency_key=new.idempotency_key,
-                runner=new.runner,
-                lease_seconds=new.lease_seconds,
-                history=new.history,
-                turn_id=new.turn_id,
-            )
+            return await self._create_one(new)
         except Exception as exc:  # its own answer: the others' stand
             return exc
+
+    async def _create_together(self, news: Sequence[NewTurn]) -> list[Created]:
+        async with self.db.write() as session:
+            answers, added = await create_together(session, news)
+            queued = [row.id for row in added if row.runner is None]
+            if queued:
+                await notify(self.db, session, Channel.QUEUED, queued)
+        return answers
 
     async def get_turn(self, turn_id: str) -> TurnRecord:
         async with self.db.read() as session:
