@@ -4,7 +4,8 @@ SQLite (a file under Fleet's data directory) is the embedded default; PostgreSQL
 ``FLEET_DATABASE_URL=postgresql+asyncpg://...``. Writes go through :meth:`Database.write`, reads
 through :meth:`Database.read`: on SQLite the write engine opens ``BEGIN IMMEDIATE`` transactions on
 a single pooled connection, so concurrent writers queue instead of failing with "database is
-locked", while WAL mode keeps readers unblocked.
+locked", while WAL mode keeps readers unblocked; SQLite statements run on the event loop's thread
+(:mod:`fleet_rlm.store.sqlite_inline`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from fleet_rlm.config import ConfigError, Settings
 from fleet_rlm.store.backup import back_up
+from fleet_rlm.store.sqlite_inline import connector
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,11 @@ class Database:
         self.url = parsed
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         if self.is_sqlite:
-            self.read_engine = create_async_engine(parsed)
-            self.write_engine = create_async_engine(parsed, pool_size=1, max_overflow=0, pool_timeout=60)
+            connect = connector(parsed)
+            self.read_engine = create_async_engine(parsed, async_creator=connect)
+            self.write_engine = create_async_engine(
+                parsed, async_creator=connect, pool_size=1, max_overflow=0, pool_timeout=60
+            )
             for engine in (self.read_engine, self.write_engine):
                 _configure_sqlite(engine, immediate=engine is self.write_engine)
         else:
@@ -154,14 +158,7 @@ def _will_change(config: Config, current: str, target: str) -> bool:
 
 
 def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let SQLAlchemy's "begin" event (below) start transactions instead of the driver.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        for pragma in ("journal_mode=WAL", "foreign_keys=ON", "busy_timeout=30000", "synchronous=NORMAL"):
-            cursor.execute(f"PRAGMA {pragma}")
-        cursor.close()
+    """Transactions begin here, not in the driver (its connections are in autocommit mode)."""
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Connection) -> None:
