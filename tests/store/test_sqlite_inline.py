@@ -4,14 +4,17 @@ serving, the write waits its turn, and a lock held too long is an error that los
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from fleet_rlm.store import Database, Store, sqlite_inline
@@ -84,10 +87,10 @@ async def test_a_write_waits_for_another_programs_lock_while_the_loop_goes_on(
 async def test_reads_do_not_wait_for_another_programs_write(embedded: tuple[Store, Path]) -> None:
     store, path = embedded
     await store.create_session(name="kept", title="as committed")
-    with write_lock_held(path, 1.5):
+    with write_lock_held(path, 2.0):
         started = time.monotonic()
         seen = await store.get_session("kept")
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 1.0, "the read waited for the other program's lock"
     assert seen.title == "as committed"  # the other program's write was not committed yet
 
 
@@ -102,3 +105,44 @@ async def test_a_lock_held_past_the_wait_is_an_error_and_loses_nothing(
     created = await store.create_session(name="refused")  # the lock is free again
     assert {s.name for s in await store.list_sessions()} == {"earlier", "refused"}
     assert (await store.get_session("refused")).id == created.id
+
+
+async def test_statements_run_on_the_event_loops_thread(embedded: tuple[Store, Path]) -> None:
+    store, _ = embedded
+    async with store.db.read_engine.connect() as connection:
+        raw = await connection.get_raw_connection()
+        await raw.driver_connection.create_function("thread_ident", 0, threading.get_ident)
+        assert (await connection.execute(text("SELECT thread_ident()"))).scalar() == threading.get_ident()
+
+
+async def test_a_connection_closed_under_the_pool_is_replaced(embedded: tuple[Store, Path]) -> None:
+    store, _ = embedded
+    async with store.db.write_engine.connect() as connection:  # the only writing connection
+        raw = await connection.get_raw_connection()
+        raw.driver_connection.stop()
+    with pytest.raises(OperationalError, match="no active connection"):
+        await store.create_session(name="on-the-closed-connection")
+    created = await store.create_session(name="on-a-new-one")
+    assert [s.id for s in await store.list_sessions()] == [created.id]
+
+
+async def test_a_stale_snapshot_fails_at_once(embedded: tuple[Store, Path]) -> None:
+    store, path = embedded
+    await store.create_session(name="read-first")
+    async with store.db.read_engine.connect() as connection:  # its transaction begins (deferred) here
+        assert (await connection.execute(text("SELECT count(*) FROM sessions"))).scalar() == 1
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("UPDATE sessions SET title = 'committed meanwhile'")
+        other.close()
+        started = time.monotonic()
+        with pytest.raises(OperationalError, match="database is locked"):
+            await connection.execute(text("UPDATE sessions SET title = 'over a stale snapshot'"))
+        assert time.monotonic() - started < sqlite_inline.BUSY_SECONDS / 10
+    assert (await store.get_session("read-first")).title == "committed meanwhile"
+
+
+async def test_a_connections_isolation_level_can_be_changed(embedded: tuple[Store, Path]) -> None:
+    store, _ = embedded
+    async with store.db.read_engine.connect() as connection:
+        autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
+        assert (await autocommit.execute(text("SELECT 1"))).scalar() == 1

@@ -16,6 +16,7 @@ writer, and this process has one writing connection (see :mod:`fleet_rlm.store.d
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
@@ -28,14 +29,22 @@ BUSY_SECONDS = 30.0
 """How long a statement waits for another connection's lock before the error is raised."""
 PRAGMAS = ("journal_mode=WAL", "foreign_keys=ON", "busy_timeout=0", "synchronous=NORMAL")
 SQLITE_BUSY = 5
+SQLITE_BUSY_SNAPSHOT = 517
+"""A transaction's snapshot is older than a commit it would write over: waiting never helps."""
 
 T = TypeVar("T")
 
 
 def is_busy(error: BaseException) -> bool:
-    """SQLite refused because another connection holds a lock it needs (primary code SQLITE_BUSY)."""
+    """SQLite refused because another connection holds a lock it needs, for now (primary code
+    SQLITE_BUSY, except a stale snapshot, which only a new transaction gets past)."""
     code = getattr(error, "sqlite_errorcode", None)
-    return isinstance(error, sqlite3.OperationalError) and code is not None and code & 0xFF == SQLITE_BUSY
+    return (
+        isinstance(error, sqlite3.OperationalError)
+        and code is not None
+        and code & 0xFF == SQLITE_BUSY
+        and code != SQLITE_BUSY_SNAPSHOT
+    )
 
 
 async def _when_free(call: Callable[[], T]) -> T:
@@ -124,40 +133,54 @@ class InlineCursor:
 class _Opening:
     """What ``connection.cursor()`` returns: entered (``async with`` or awaited), the cursor."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    def __init__(self, connection: InlineConnection) -> None:
         self._connection = connection
 
     async def __aenter__(self) -> InlineCursor:
-        return InlineCursor(self._connection.cursor())
+        return InlineCursor(self._connection._conn.cursor())
 
     def __await__(self) -> Any:
         return self.__aenter__().__await__()
 
 
+class _AtOnce:
+    """Stands for aiosqlite's queue of calls to its thread, which SQLAlchemy's adapter uses to set a
+    connection's isolation level: each call is made as it is put."""
+
+    def put_nowait(self, item: tuple[asyncio.Future[Any], Callable[[], Any]]) -> None:
+        future, function = item
+        try:
+            future.set_result(function())
+        except Exception as error:
+            future.set_exception(error)
+
+
 class InlineConnection:
-    """The part of aiosqlite's connection SQLAlchemy's adapter uses; ``_connection`` is the sqlite3
-    connection (None once closed), as in aiosqlite."""
+    """The part of aiosqlite's connection SQLAlchemy's adapter uses; as in aiosqlite, ``_connection``
+    is the sqlite3 connection (None once closed) and using a closed one raises "no active connection"
+    when awaited, which the dialect takes for a lost connection (it is dropped from the pool)."""
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self._connection: sqlite3.Connection | None = connection
+        self._tx = _AtOnce()
 
     @property
-    def _open(self) -> sqlite3.Connection:
+    def _conn(self) -> sqlite3.Connection:
         if self._connection is None:
-            raise ValueError("Connection closed")  # what aiosqlite says; the dialect maps it
+            raise ValueError("no active connection")
         return self._connection
 
     def cursor(self) -> _Opening:
-        return _Opening(self._open)
+        return _Opening(self)
 
     async def execute(self, sql: str, parameters: Any = ()) -> InlineCursor:
-        return await InlineCursor(self._open.cursor()).execute(sql, parameters)
+        return await InlineCursor(self._conn.cursor()).execute(sql, parameters)
 
     async def commit(self) -> None:
-        await _when_free(self._open.commit)
+        await _when_free(self._conn.commit)
 
     async def rollback(self) -> None:
-        self._open.rollback()
+        self._conn.rollback()
 
     async def close(self) -> None:
         self.stop()
@@ -168,15 +191,15 @@ class InlineConnection:
             self._connection = None
 
     async def create_function(self, *args: Any, **kwargs: Any) -> None:
-        self._open.create_function(*args, **kwargs)
+        self._conn.create_function(*args, **kwargs)
 
     @property
     def isolation_level(self) -> str | None:
-        return self._open.isolation_level
+        return self._conn.isolation_level
 
     @property
     def in_transaction(self) -> bool:
-        return self._open.in_transaction
+        return self._conn.in_transaction
 
 
 def connector(url: URL) -> Callable[[], Awaitable[InlineConnection]]:
