@@ -120,3 +120,6 @@ _.label_id  # quality.evaluation.EvalRow: in the JSON report (dataclasses.asdict
 _.reflection_lm  # config: the [reflection_lm] section, FLEET_REFLECTION_LM_* (read by fleet optimize)
 # api.schemas.KernelOut / service.kernels.KernelStatus: a field pydantic reads off the status (asdict).
 _.idle_seconds
+# store.sqlite_inline.InlineConnection: SQLAlchemy's aiosqlite adapter puts calls on the connection's
+# ``_tx`` queue to set its isolation level (tests/store/test_sqlite_inline.py).
+_._tx
