@@ -1,17 +1,21 @@
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.sandbox import registry
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Conflict, Database, Store
+from fleet_rlm.testing.backends import HeldStartBackend
 
 from .conftest import SettingsFactory
 
@@ -178,3 +182,70 @@ async def test_turns_beyond_the_running_limit_wait_queued_and_can_be_cancelled_t
         assert (await service.wait_for_turn(waiting.id)).answer == "my turn"
     finally:
         await service.stop()
+
+
+@pytest.fixture
+async def held_service(
+    make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[FleetService, HeldStartBackend]]:
+    """A service whose sandboxes wait to start until the test releases them (none started ahead)."""
+    monkeypatch.setitem(registry.BACKENDS, "local-held", lambda: HeldStartBackend)
+    settings = make_settings(sandbox_backend="local-held", sandbox_pool_size=0)
+    fleet = FleetService(settings, database=Database(str(settings.database_url)))
+    await fleet.start()
+    backend = fleet.backend
+    assert isinstance(backend, HeldStartBackend)
+    try:
+        yield fleet, backend
+    finally:
+        backend.release.set()
+        await fleet.stop()
+
+
+async def test_a_turn_is_seen_starting_while_its_sandbox_is_still_starting(
+    held_service: tuple[FleetService, HeldStartBackend], model_server: ScriptedModelServer
+) -> None:
+    service, backend = held_service
+    await service.create_session(name="s")
+    model_server.script("root", rlm_step("Print.", "print('hi')"), rlm_step("Done.", "SUBMIT(answer='ok')"))
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="say hi", max_iterations=4))
+    events = await service.events(turn.id)
+    first = await asyncio.wait_for(anext(events), 30)
+    assert first.type is EventType.TURN_STARTED and first.seq == 1
+    assert first.data["task"] == "say hi" and first.data["budget"]["max_iterations"] == 4
+    assert first.data["sandbox"] == {"backend": "local-held", "isolated": backend.isolated}
+    assert await asyncio.to_thread(backend.holding.wait, 30), "the sandbox was not being started"
+    assert (await service.store.get_turn(turn.id)).status == "running"
+    assert [e.seq for e in await service.store.events_after(turn.id)] == [1]  # stored before it was seen
+
+    backend.release.set()
+    seen = [first, *[e async for e in events]]
+    assert seen[-1].type is EventType.TURN_COMPLETED
+    assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
+    assert [e.type for e in seen].count(EventType.TURN_STARTED) == 1
+    # The engine's events hang from the span of the turn as announced.
+    assert all(e.span_id == first.span_id for e in seen if e.parent_span_id is None)
+    assert {e.parent_span_id for e in seen if e.type is EventType.ITERATION_STARTED} == {first.span_id}
+    await service.wait_for_turn(turn.id)
+    stored = await service.store.events_after(turn.id)
+    assert [e.to_dict() for e in stored] == [e.to_dict() for e in seen]
+
+
+async def test_a_turn_cancelled_while_its_sandbox_starts_ends_cancelled_after_its_start(
+    held_service: tuple[FleetService, HeldStartBackend], model_server: ScriptedModelServer
+) -> None:
+    service, backend = held_service
+    await service.create_session(name="s")
+    model_server.script("root", rlm_step("Done.", "SUBMIT(answer='ok')"))
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="never mind"))
+    events = await service.events(turn.id)
+    assert (await asyncio.wait_for(anext(events), 30)).type is EventType.TURN_STARTED
+    assert await asyncio.to_thread(backend.holding.wait, 30)
+    await service.cancel_turn(turn.id)
+    backend.release.set()
+    assert [e.type async for e in events] == [EventType.TURN_CANCELLED]
+    done = await service.wait_for_turn(turn.id)
+    assert done.status == "cancelled"
+    stored = await service.store.events_after(turn.id)
+    assert [(e.seq, e.type) for e in stored] == [(1, EventType.TURN_STARTED), (2, EventType.TURN_CANCELLED)]
+    assert model_server.model.requests_for("root") == []  # the engine never ran

@@ -6,7 +6,7 @@ import datetime as dt
 import pytest
 
 from fleet_rlm.protocol.events import Event, EventType
-from fleet_rlm.store import Conflict, FileChanges, FileRecord, Invalid, NotFound, Store
+from fleet_rlm.store import Conflict, FileChanges, FileRecord, Invalid, NotFound, Store, TurnStart
 
 pytestmark = pytest.mark.anyio
 
@@ -65,6 +65,29 @@ async def test_turn_positions_grow_and_only_one_turn_is_active(store: Store) -> 
     second, _ = await store.create_turn(session.id, "again")
     assert second.position == 2
     assert [t.message for t in await store.history(session.id)] == ["hello"]
+
+
+async def test_a_turns_start_stores_its_turn_started_event_only_if_the_turn_starts(store: Store) -> None:
+    sessions = [await store.create_session() for _ in range(3)]
+    turn, _ = await store.create_turn(sessions[0].id, "go")
+    gone, _ = await store.create_turn(sessions[1].id, "cancelled while queued")
+    await store.finish_turn(gone.id, status="cancelled", events=[event(gone.id, 1, EventType.TURN_CANCELLED)])
+    commit = await store.commit_turns(
+        starts=[
+            TurnStart(turn.id, "v1", events=[event(turn.id, 1, EventType.TURN_STARTED)]),
+            TurnStart(gone.id, "v1", events=[event(gone.id, 2, EventType.TURN_STARTED)]),
+        ]
+    )
+    assert commit.started == {turn.id}
+    assert [(e.seq, e.type) for e in await store.events_after(turn.id)] == [(1, EventType.TURN_STARTED)]
+    assert [e.type for e in await store.events_after(gone.id)] == [EventType.TURN_CANCELLED]
+    started = await store.get_turn(turn.id)
+    assert started.status == "running" and started.program_version == "v1"
+
+    alone, _ = await store.create_turn(sessions[2].id, "started alone")
+    assert await store.mark_running(alone.id, events=[event(alone.id, 1, EventType.TURN_STARTED)])
+    assert not await store.mark_running(alone.id, events=[event(alone.id, 2, EventType.TURN_STARTED)])
+    assert [e.seq for e in await store.events_after(alone.id)] == [1]
 
 
 async def test_concurrent_turn_requests_create_exactly_one(store: Store) -> None:

@@ -17,9 +17,9 @@ class EventEmitter:
     so a turn always ends with exactly one terminal event.
     """
 
-    def __init__(self, turn_id: str, *sinks: EventSink, start_seq: int = 0) -> None:
+    def __init__(self, turn_id: str, *sinks: EventSink, start_seq: int = 0, root_span: str | None = None) -> None:
         self.turn_id = turn_id
-        self.root_span = new_id("span")
+        self.root_span = root_span or new_id("span")
         self._sinks = list(sinks)
         self._seq = itertools.count(start_seq + 1)
         self._lock = threading.Lock()

@@ -75,6 +75,16 @@ class HistoryEntry:
     answer: str | None
 
 
+@dataclass(frozen=True)
+class Announced:
+    """A ``turn.started`` the service emitted as it began preparing the turn (before its sandbox was
+    ready, so the person sees the turn start at once): the engine does not emit it again, and goes on
+    from its ``seq`` under its span."""
+
+    seq: int
+    span_id: str
+
+
 @dataclass
 class TurnRequest:
     task: str
@@ -97,6 +107,39 @@ class TurnRequest:
     gone), shown after the workspace manifest; empty: nothing to tell."""
     kernel_events: list[Payload] = field(default_factory=list)
     """``kernel.*`` events of the kernel this turn runs on, emitted right after ``turn.started``."""
+    announced: Announced | None = None
+    """The turn's ``turn.started`` as the service already emitted it; None: the engine emits it."""
+
+
+def turn_limits(
+    settings: Settings,
+    *,
+    max_iterations: int | None = None,
+    max_model_calls: int | None = None,
+    turn_timeout: float | None = None,
+) -> TurnLimits:
+    """The budget a turn runs under: what it asked for, else the settings'."""
+    budget = settings.budget
+    return TurnLimits(
+        max_iterations=max_iterations or budget.max_iterations,
+        max_model_calls=max_model_calls or budget.max_model_calls,
+        turn_timeout=turn_timeout or budget.turn_timeout,
+        execution_timeout=budget.execution_timeout,
+    )
+
+
+def turn_started(
+    backend: SandboxBackend, *, task: str, context_paths: list[str], mode: str, limits: TurnLimits
+) -> TurnStarted:
+    """The data of a turn's first event."""
+    return TurnStarted(
+        schema=SCHEMA_VERSION,
+        task=task,
+        context_paths=context_paths,
+        mode=mode,
+        sandbox=SandboxInfo(backend=backend.name, isolated=backend.isolated),
+        budget=limits,
+    )
 
 
 @dataclass
@@ -139,16 +182,27 @@ class Turn:
         self.request = request
         self.turn_id = request.turn_id
         self.backend = backend
-        self.emitter = EventEmitter(request.turn_id, *sinks)
+        announced = request.announced
+        self.emitter = (
+            EventEmitter(request.turn_id, *sinks, start_seq=announced.seq, root_span=announced.span_id)
+            if announced is not None
+            else EventEmitter(request.turn_id, *sinks)
+        )
         self.workspace = Workspace.create(request.workspace, mode=SHARED_DIR_MODE)
         self.tree = self.workspace.tree
         budget = settings.budget
-        self.max_iterations = request.max_iterations or budget.max_iterations
-        self.turn_timeout = request.turn_timeout or budget.turn_timeout
+        self.limits = turn_limits(
+            settings,
+            max_iterations=request.max_iterations,
+            max_model_calls=request.max_model_calls,
+            turn_timeout=request.turn_timeout,
+        )
+        self.max_iterations = self.limits.max_iterations
+        self.turn_timeout = self.limits.turn_timeout
         self.mode: str = request.mode or settings.mode
         self.route: Route | None = None
         self.budget = TurnBudget(
-            max_model_calls=request.max_model_calls or budget.max_model_calls,
+            max_model_calls=self.limits.max_model_calls,
             deadline=time.monotonic() + self.turn_timeout,
             max_tokens=budget.max_tokens_per_turn,
             max_cost=budget.max_cost_per_turn,
@@ -188,21 +242,17 @@ class Turn:
         self._stopped = asyncio.Event()
         if self._stop.is_set():
             self._stopped.set()
-        self.emitter.emit(
-            TurnStarted(
-                schema=SCHEMA_VERSION,
-                task=self.request.task,
-                context_paths=self.request.context_paths,
-                mode=self.mode,
-                sandbox=SandboxInfo(backend=self.backend.name, isolated=self.backend.isolated),
-                budget=TurnLimits(
-                    max_iterations=self.max_iterations,
-                    max_model_calls=self.budget.max_model_calls,
-                    turn_timeout=self.turn_timeout,
-                    execution_timeout=self.settings.budget.execution_timeout,
-                ),
+        if self.request.announced is None:
+            request = self.request
+            self.emitter.emit(
+                turn_started(
+                    self.backend,
+                    task=request.task,
+                    context_paths=request.context_paths,
+                    mode=self.mode,
+                    limits=self.limits,
+                )
             )
-        )
         for payload in self.request.kernel_events:
             self.emitter.emit(payload)
         if not self.backend.isolated:

@@ -108,6 +108,10 @@ class ArtifactRecord(_Model):
 class TurnStarted(Payload):
     event_type = EventType.TURN_STARTED
     span = "root"
+    summary = (
+        "the turn began running; the server sends it as soon as it takes the turn, before the turn's "
+        "sandbox is ready (`kernel.*` events follow once it is)"
+    )
 
     schema_version: int = Field(alias="schema", description="the schema version")
     task: str

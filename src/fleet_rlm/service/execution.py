@@ -1,9 +1,10 @@
 """One turn run by the server, from ``queued`` to its committed end.
 
-Steps: take a sandbox from the pool, copy the session's files and the approved memory
-(``memory/MEMORIES.md``) into its workspace, mark the turn running with the version of the program
-it is served (the newest approved optimization, or the built-in program), keep its replay snapshot
-when ``capture_replays`` is on, run the engine's turn (its
+Steps: mark the turn running with the version of the program it is served (the newest approved
+optimization, or the built-in program) and its ``turn.started`` (stored together, published at once:
+the person sees the turn start before its sandbox is ready), take a sandbox from the pool, copy the
+session's files and the approved memory (``memory/MEMORIES.md``) into its workspace, keep its replay
+snapshot when ``capture_replays`` is on, run the engine's turn (its
 events go live to followers and are stored in batches; its ``remember`` proposals are stored as it
 makes them), then in one transaction commit the status, answer, usage, the last events with the
 terminal one, and (only when the turn completed) the artifacts it wrote. Failed or cancelled turns leave
@@ -31,7 +32,7 @@ from tenacity import (
 )
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.turn import HistoryEntry, TurnOutcome, TurnRequest
+from fleet_rlm.engine.turn import Announced, HistoryEntry, TurnOutcome, TurnRequest, turn_limits, turn_started
 from fleet_rlm.protocol.events import Event, EventType, new_id
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.channel import TurnChannel
@@ -158,6 +159,9 @@ class TurnExecution:
         plan = self.plan
         if self.cancel_requested:
             return self._stopped_outcome(), None
+        program = await served_program(self.store)
+        if self.cancel_requested or not await self._mark_running(program.version):
+            return self._stopped_outcome(), None
         opening: KernelOpening | None = None
         finished = await self.store.history(plan.session.id, before_position=plan.turn.position)
         if self.kernels is not None:
@@ -183,8 +187,7 @@ class TurnExecution:
             history = [HistoryEntry(message=message, answer=answer) for message, answer in plan.history]
         else:
             history = [HistoryEntry(message=t.message, answer=t.answer) for t in finished]
-        program = await served_program(self.store)
-        if self.cancel_requested or not await self._mark_running(program.version):
+        if self.cancel_requested:
             return self._stopped_outcome(), None
         options = plan.turn.options
         request = TurnRequest(
@@ -193,7 +196,7 @@ class TurnExecution:
             turn_id=self.turn_id,
             history=history,
             context_paths=list(plan.turn.context_paths),
-            mode=options.get("mode") or plan.settings.mode,
+            mode=self._mode,
             max_iterations=options.get("max_iterations"),
             max_model_calls=options.get("max_model_calls"),
             turn_timeout=options.get("turn_timeout"),
@@ -202,6 +205,7 @@ class TurnExecution:
             program=program,
             kernel=opening.text if opening is not None else "",
             kernel_events=opening.events if opening is not None else [],
+            announced=Announced(self._last_seq, self._root_span),
         )
         if plan.settings.quality.capture_replays:
             await self._capture(request, [r for r in records if r.path in placed])
@@ -222,13 +226,45 @@ class TurnExecution:
         await self.files.share(plan.session.id, (record.sha256 for record in changes.upserts))
         return outcome, changes
 
+    @property
+    def _mode(self) -> str:
+        return self.plan.turn.options.get("mode") or self.plan.settings.mode
+
     async def _mark_running(self, program_version: str | None) -> bool:
-        """queued -> running in the journal's next group commit (alone, if that commit fails)."""
+        """queued -> running with the turn's ``turn.started``, in the journal's next group commit (alone,
+        if that commit fails); the event is published once stored, before the turn's sandbox is ready."""
+        plan, options = self.plan, self.plan.turn.options
+        limits = turn_limits(
+            plan.settings,
+            max_iterations=options.get("max_iterations"),
+            max_model_calls=options.get("max_model_calls"),
+            turn_timeout=options.get("turn_timeout"),
+        )
+        payload = turn_started(
+            self.pool.backend,
+            task=plan.turn.message,
+            context_paths=list(plan.turn.context_paths),
+            mode=self._mode,
+            limits=limits,
+        )
+        started = Event(
+            type=payload.event_type,
+            seq=self._last_seq + 1,  # its first
+            turn_id=self.turn_id,
+            ts=time.time(),
+            span_id=self._root_span,
+            parent_span_id=None,
+            data=payload.to_data(),
+        )
         try:
-            return await self.journal.start(TurnStart(self.turn_id, program_version))
+            running = await self.journal.start(TurnStart(self.turn_id, program_version, events=[started]))
         except Exception:
             log.warning("turn %s: its start was not stored with the others; storing it alone", self.turn_id)
-        return await self.store.mark_running(self.turn_id, program_version=program_version)
+            running = await self.store.mark_running(self.turn_id, program_version=program_version, events=[started])
+        if running:
+            self._last_seq = started.seq
+            self.channel.publish(started)
+        return running
 
     async def _capture(self, request: TurnRequest, files: list[FileRecord]) -> None:
         """Keep the snapshot of the turn's inputs; a turn whose snapshot could not be stored still runs

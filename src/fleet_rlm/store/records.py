@@ -155,10 +155,12 @@ class NewTurn:
 
 @dataclass(frozen=True)
 class TurnStart:
-    """A queued turn about to run, marked ``running`` with the program version it runs."""
+    """A queued turn about to run, marked ``running`` with the program version it runs; ``events``
+    (its ``turn.started``) are stored with the change, and only if it is made."""
 
     turn_id: str
     program_version: str | None = None
+    events: Sequence[Event] = ()
 
 
 @dataclass(frozen=True)

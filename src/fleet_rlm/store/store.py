@@ -255,16 +255,23 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         async with self.db.read() as session:
             return [TurnRecord.of(row) for row in (await session.execute(query)).scalars()]
 
-    async def mark_running(self, turn_id: str, *, program_version: str | None = None) -> bool:
-        """queued -> running, recording the program version it runs; False when the turn is no longer
-        queued (cancelled meanwhile)."""
+    async def mark_running(
+        self, turn_id: str, *, program_version: str | None = None, events: Sequence[Event] = ()
+    ) -> bool:
+        """queued -> running, recording the program version it runs, with ``events`` (its
+        ``turn.started``); False when the turn is no longer queued (cancelled meanwhile): nothing is
+        stored then."""
         async with self.db.write() as session:
             result = await session.execute(
                 update(TurnRow)
                 .where(TurnRow.id == turn_id, TurnRow.status == TurnStatus.QUEUED)
                 .values(status=TurnStatus.RUNNING, started_at=utcnow(), program_version=program_version)
             )
-            return bool(result.rowcount)  # type: ignore[attr-defined]
+            started = bool(result.rowcount)  # type: ignore[attr-defined]
+            if started and events:
+                await session.execute(insert(EventRow), [event_row(e) for e in events])
+                await notify(self.db, session, Channel.EVENTS, [turn_id])
+            return started
 
     async def set_trace_id(self, turn_id: str, trace_id: str) -> None:
         async with self.db.write() as session:
@@ -315,7 +322,7 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         self, *, starts: Sequence[TurnStart] = (), events: Sequence[Event] = (), ends: Sequence[TurnEnd] = ()
     ) -> TurnCommit:
         """In one transaction (the group commit of the turns a process runs): mark each of ``starts``
-        running (as :meth:`mark_running`), store ``events`` (of any turns), and end each turn of ``ends``.
+        running (as :meth:`mark_running`, with its events), store ``events`` (of any turns), and end each turn of ``ends``.
         Each end's result is its turn as ended, or the error that left it alone: ``NotFound``, or
         ``turn_not_active`` when it already ended. Any other error rolls everything back.
 
@@ -334,6 +341,8 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             locked = select(TurnRow).where(TurnRow.id.in_(ids)).order_by(TurnRow.id).with_for_update()
             rows = {row.id: row for row in (await session.execute(locked)).scalars()} if ids else {}
             started = await self._start_turns(session, starts, rows, now)
+            announced = [e for s in starts if s.turn_id in started for e in s.events]
+            rows_to_insert.extend(event_row(e) for e in announced)
             for end in ends:
                 row = rows.get(end.turn_id)
                 if row is None:
@@ -362,7 +371,7 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             if sessions:
                 await session.execute(update(SessionRow).where(SessionRow.id.in_(sessions)).values(updated_at=now))
             ended = [r.id for r in results if isinstance(r, TurnRecord)]
-            await notify(self.db, session, Channel.EVENTS, [*{e.turn_id for e in events}, *ended])
+            await notify(self.db, session, Channel.EVENTS, [*{e.turn_id for e in [*events, *announced]}, *ended])
         return TurnCommit(started=started, ended=results)
 
     async def _start_turns(

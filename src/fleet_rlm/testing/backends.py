@@ -1,5 +1,6 @@
-"""A sandbox backend that records every file crossing its push/pull seam: the local backend
-otherwise, so tests run real sandboxes and see which paths the service moved in and out."""
+"""Local sandbox backends for tests, real sandboxes otherwise: one that records every file crossing
+its push/pull seam (which paths the service moved in and out), one whose sandboxes wait to start
+until the test lets them (what a person sees while a sandbox is slow to start)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleet_rlm.sandbox.base import WorkspaceFiles
+from fleet_rlm.sandbox.base import SandboxSpec, WorkspaceFiles
 from fleet_rlm.sandbox.local import LocalSandboxBackend
+from fleet_rlm.sandbox.local_sandbox import LocalSandbox
 from fleet_rlm.sandbox.transfer import Readable
 
 
@@ -45,3 +47,32 @@ class SeamRecordingBackend(LocalSandboxBackend):
 
     def workspace_files(self, workspace: Path) -> WorkspaceFiles:
         return RecordingFiles(super().workspace_files(workspace), self.seam)
+
+
+HELD_SECONDS = 60.0
+
+
+class HeldStartBackend(LocalSandboxBackend):
+    """Each sandbox's start waits (on the thread starting it) until :attr:`release` is set, or
+    :data:`HELD_SECONDS` passed; :attr:`holding` is set once a start waits."""
+
+    name = "local-held"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    def create(self, spec: SandboxSpec) -> LocalSandbox:
+        return _HeldSandbox(self, spec, self.checked_launcher(spec.limits), interrupt_grace=self.interrupt_grace)
+
+
+class _HeldSandbox(LocalSandbox):
+    def __init__(self, backend: HeldStartBackend, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._backend = backend
+
+    def start(self) -> None:
+        self._backend.holding.set()
+        self._backend.release.wait(HELD_SECONDS)
+        super().start()
