@@ -3,10 +3,10 @@
 Run: ``uv run python benchmarks/load_bench.py [--sessions 50] [--iterations 3] [--delay 0.05]
 [--pool 2] [--max-running N] [--database-url URL] [--workers 0,1,2] [--turn-processes 0,2]``.
 
-A real ``fleet serve`` process (SQLite under a temporary FLEET_HOME unless ``--database-url``)
-serves a scripted model that answers every call after ``--delay`` seconds; each session's turn
-prints on ``iterations - 1`` iterations and submits on the last. All turns are submitted at once
-and streamed over SSE. Reported:
+A real ``fleet serve`` process (SQLite under a temporary FLEET_HOME; with ``--database-url``, each
+run on a new empty PostgreSQL database beside the one named) serves a scripted model that answers
+every call after ``--delay`` seconds; each session's turn prints on ``iterations - 1`` iterations
+and submits on the last. All turns are submitted at once and streamed over SSE. Reported:
 
 - turns per second: sessions / (first submission to last terminal event), after one unmeasured
   warm-up turn (a process's first model call pays one-off imports);
@@ -379,18 +379,14 @@ def main() -> int:
             parser.error("--code takes LABEL=DIR pairs separated by commas")
         trees = [(label, tree) for label, _, tree in pairs]
     combinations = [(w, p, t) for t in trees for w in worker_counts for p in process_counts]
-    if len(combinations) == 1:
-        report = measure(args, workers=worker_counts[0], turn_processes=process_counts[0], code=trees[0])
-        print(json.dumps(report, indent=2))
-        return 0 if report["outcomes"] == ["turn.completed"] else 1
     reports = []
     for index, (workers, processes, tree) in enumerate(combinations):
-        database = None
-        if args.workers:
-            database = fresh_database(args.database_url, f"fleet_load_bench_{index}")
+        database = fresh_database(args.database_url, f"fleet_load_bench_{index}") if args.database_url else None
         report = measure(args, workers=workers, turn_processes=processes, database_url=database, code=tree)
         reports.append(report)
         print(json.dumps(report, indent=2))
+    if len(reports) == 1:
+        return 0 if reports[0]["outcomes"] == ["turn.completed"] else 1
     base = reports[0]
     print(
         json.dumps(
