@@ -6,15 +6,17 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.sandbox import registry
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
-from fleet_rlm.store import Conflict, Database, Store
+from fleet_rlm.store import Conflict, Database, Store, TurnCommit
 from fleet_rlm.testing.backends import HeldStartBackend
 
 from .conftest import SettingsFactory
@@ -249,3 +251,32 @@ async def test_a_turn_cancelled_while_its_sandbox_starts_ends_cancelled_after_it
     stored = await service.store.events_after(turn.id)
     assert [(e.seq, e.type) for e in stored] == [(1, EventType.TURN_STARTED), (2, EventType.TURN_CANCELLED)]
     assert model_server.model.requests_for("root") == []  # the engine never ran
+
+
+async def test_a_start_stored_by_a_commit_that_failed_on_its_way_back_runs_once_with_one_turn_started(
+    service: FleetService, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dropped connection after COMMIT: the turn is running with its turn.started stored, though the
+    service heard an error; storing the start alone then finds it already done."""
+    commit_turns = service.store.commit_turns
+    failed: list[int] = []
+
+    async def lost_reply(**parts: Any) -> TurnCommit:
+        commit = await commit_turns(**parts)
+        if parts.get("starts") and not failed:
+            failed.append(1)
+            raise OperationalError("COMMIT", {}, ConnectionResetError("connection reset by peer"))
+        return commit
+
+    monkeypatch.setattr(service.store, "commit_turns", lost_reply)
+    await service.create_session(name="s")
+    model_server.script("root", rlm_step("Done.", "SUBMIT(answer='ok')"))
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="go"))
+    seen = [e async for e in await service.events(turn.id)]
+    done = await service.wait_for_turn(turn.id)
+    assert failed, "the start's commit never failed"
+    assert (done.status, done.answer) == ("completed", "ok")
+    assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
+    assert [e.type for e in seen].count(EventType.TURN_STARTED) == 1
+    stored = await service.store.events_after(turn.id)
+    assert [e.to_dict() for e in stored] == [e.to_dict() for e in seen]

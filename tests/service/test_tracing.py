@@ -104,6 +104,8 @@ async def test_a_turn_is_one_span_tree_with_iterations_model_calls_code_tools_an
 
     [route] = named["route rlm"]
     assert parent_of(route) is root
+    # Routing starts once the sandbox is ready (kernel.started), not when the turn was announced.
+    assert (route.start_time or 0) > (root.start_time or 0)
     root_iterations = [s for s in named["iteration 1"] + named["iteration 2"] if parent_of(s) is root]
     assert [s.name for s in sorted(root_iterations, key=lambda s: s.start_time or 0)] == ["iteration 1", "iteration 2"]
     first, second = sorted(root_iterations, key=lambda s: s.start_time or 0)

@@ -162,6 +162,8 @@ class TurnExecution:
         program = await served_program(self.store)
         if self.cancel_requested or not await self._mark_running(program.version):
             return self._stopped_outcome(), None
+        if self.cancel_requested:  # asked while its start was stored: no sandbox is taken
+            return self._stopped_outcome(), None
         opening: KernelOpening | None = None
         finished = await self.store.history(plan.session.id, before_position=plan.turn.position)
         if self.kernels is not None:
@@ -261,10 +263,17 @@ class TurnExecution:
         except Exception:
             log.warning("turn %s: its start was not stored with the others; storing it alone", self.turn_id)
             running = await self.store.mark_running(self.turn_id, program_version=program_version, events=[started])
+            # The group commit may have failed only on its way back, with the start stored.
+            running = running or await self._stored(started)
         if running:
             self._last_seq = started.seq
             self.channel.publish(started)
         return running
+
+    async def _stored(self, event: Event) -> bool:
+        """Whether ``event`` (this turn's first) is the one stored for the turn."""
+        first = await self.store.events_after(self.turn_id, 0, limit=1)
+        return bool(first) and first[0].seq == event.seq and first[0].span_id == event.span_id
 
     async def _capture(self, request: TurnRequest, files: list[FileRecord]) -> None:
         """Keep the snapshot of the turn's inputs; a turn whose snapshot could not be stored still runs

@@ -191,6 +191,12 @@ class _TurnSpans:
 
     # What happens inside a span ---------------------------------------------------------------
 
+    def _sandbox_ready(self, event: Event) -> None:
+        """The engine's first events (its kernel's) come once the turn's sandbox is ready; routing starts
+        there, not at ``turn.started`` (sent before the sandbox was taken)."""
+        if self.root is not None:
+            self.open[self.root].started = event.ts
+
     def _route(self, event: Event) -> None:
         assert self.root is not None
         root = self.open[self.root]
@@ -334,6 +340,9 @@ def _describe(event: Event) -> tuple[str, SpanKindName, dict[str, Any]]:
 
 
 _HANDLERS = {
+    EventType.KERNEL_EVICTED: _TurnSpans._sandbox_ready,
+    EventType.KERNEL_STARTED: _TurnSpans._sandbox_ready,
+    EventType.KERNEL_RESTORED: _TurnSpans._sandbox_ready,
     EventType.ROUTE_SELECTED: _TurnSpans._route,
     EventType.REASONING: _TurnSpans._model_reply,
     EventType.CODE: _TurnSpans._code,

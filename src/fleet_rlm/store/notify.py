@@ -45,10 +45,12 @@ async def notify(db: Database, session: AsyncSession, channel: Channel, payloads
     """Send ``payloads`` on ``channel`` when ``session``'s transaction commits (PostgreSQL only)."""
     if db.is_sqlite:
         return
-    for payload in dict.fromkeys(payloads):
-        await session.execute(
-            text("SELECT pg_notify(:channel, :payload)"), {"channel": channel.value, "payload": payload}
-        )
+    distinct = list(dict.fromkeys(payloads))
+    if distinct:  # one round trip for all: a group commit may notify for dozens of turns
+        await session.execute(_NOTIFY_ALL, {"channel": channel.value, "payloads": distinct})
+
+
+_NOTIFY_ALL = text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS text[])) AS payload")
 
 
 class Listener:

@@ -371,7 +371,7 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             if sessions:
                 await session.execute(update(SessionRow).where(SessionRow.id.in_(sessions)).values(updated_at=now))
             ended = [r.id for r in results if isinstance(r, TurnRecord)]
-            await notify(self.db, session, Channel.EVENTS, [*{e.turn_id for e in [*events, *announced]}, *ended])
+            await notify(self.db, session, Channel.EVENTS, [*(e.turn_id for e in (*events, *announced)), *ended])
         return TurnCommit(started=started, ended=results)
 
     async def _start_turns(
