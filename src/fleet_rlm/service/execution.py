@@ -20,6 +20,7 @@ import io
 import logging
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from tenacity import (
     AsyncRetrying,
@@ -191,7 +192,6 @@ class TurnExecution:
             history = [HistoryEntry(message=t.message, answer=t.answer) for t in finished]
         if self.cancel_requested:
             return self._stopped_outcome(), None
-        options = plan.turn.options
         request = TurnRequest(
             task=plan.turn.message,
             workspace=workspace.root,
@@ -199,9 +199,7 @@ class TurnExecution:
             history=history,
             context_paths=list(plan.turn.context_paths),
             mode=self._mode,
-            max_iterations=options.get("max_iterations"),
-            max_model_calls=options.get("max_model_calls"),
-            turn_timeout=options.get("turn_timeout"),
+            **self._asked_limits,
             memory=memory,
             propose_memory=self.memory.proposals_for(plan.session.id, self.turn_id, self.loop),
             program=program,
@@ -232,22 +230,22 @@ class TurnExecution:
     def _mode(self) -> str:
         return self.plan.turn.options.get("mode") or self.plan.settings.mode
 
+    @property
+    def _asked_limits(self) -> dict[str, Any]:
+        """The limits the submission asked for (None: the settings')."""
+        options = self.plan.turn.options
+        return {name: options.get(name) for name in ("max_iterations", "max_model_calls", "turn_timeout")}
+
     async def _mark_running(self, program_version: str | None) -> bool:
         """queued -> running with the turn's ``turn.started``, in the journal's next group commit (alone,
         if that commit fails); the event is published once stored, before the turn's sandbox is ready."""
-        plan, options = self.plan, self.plan.turn.options
-        limits = turn_limits(
-            plan.settings,
-            max_iterations=options.get("max_iterations"),
-            max_model_calls=options.get("max_model_calls"),
-            turn_timeout=options.get("turn_timeout"),
-        )
+        plan = self.plan
         payload = turn_started(
             self.pool.backend,
             task=plan.turn.message,
             context_paths=list(plan.turn.context_paths),
             mode=self._mode,
-            limits=limits,
+            limits=turn_limits(plan.settings, **self._asked_limits),
         )
         started = Event(
             type=payload.event_type,
