@@ -82,11 +82,14 @@ def test_this_machine_enforces_every_protection(backend: LocalSandboxBackend) ->
         "process-count cgroup",
         "sized /tmp",
         "CPU time",
+        "CPU weight",
         "seccomp",
         "disk quota",
     ]
     needs(backend, "memory cgroup", "process-count cgroup", "sized /tmp", "CPU time", "seccomp", "disk quota")
+    needs(backend, "CPU weight")
     assert "512 MB for all processes and /tmp together" in rows[0].reason
+    assert [row.name for row in rows if not row.required] == ["CPU weight"]
 
 
 def test_memory_is_bounded_across_all_processes(
@@ -129,13 +132,87 @@ def test_cpu_time_is_bounded_across_all_processes(
     assert time.monotonic() - started < 10
 
 
+SPAWN_SLEEPERS = """
+import subprocess, sys
+sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(3)]
+print(len(sleepers))
+"""
+
+RAISE_OWN_PRIORITY = r"""
+import ctypes, os
+def attempt(call):
+    try:
+        call()
+        return "done"
+    except OSError as exc:
+        return type(exc).__name__
+libc = ctypes.CDLL(None, use_errno=True)
+def fifo():
+    param = ctypes.c_int(10)
+    if libc.sched_setscheduler(0, 1, ctypes.byref(param)) != 0:  # SCHED_FIFO
+        raise OSError(ctypes.get_errno(), "sched_setscheduler")
+def leave_cgroup():
+    with open("/sys/fs/cgroup/cpu/cgroup.procs", "w") as procs:
+        procs.write(str(os.getpid()))
+print({
+    "nice -10": attempt(lambda: os.nice(-10)),
+    "setpriority -10": attempt(lambda: os.setpriority(os.PRIO_PROCESS, 0, -10)),
+    "SCHED_FIFO": attempt(fifo),
+    "leave its cgroup": attempt(leave_cgroup),
+})
+"""
+
+
+def sandbox_weight_cgroup(backend: LocalSandboxBackend) -> Path:
+    """The one cpu cgroup of a sandbox this process has running."""
+    layout = backend.machine_protections().layout
+    assert layout is not None and layout.weight is not None
+    found = [path for path in leftovers_of(os.getpid()) if path.parent == layout.weight.parent]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def weight_of(group: Path) -> int:
+    if (group / "cpu.weight").exists():
+        return int((group / "cpu.weight").read_text())
+    return int((group / "cpu.shares").read_text())
+
+
+def test_a_sandbox_weighs_as_one_at_its_cpu_weight(
+    layout_backend: LocalSandboxBackend, workspace: Path, made: list[LocalSandbox]
+) -> None:
+    """All the sandbox's processes share one CPU weight below a host process's, so busy sandboxes leave
+    the host (its event loop, its engines) served first instead of each weighing as much as the host."""
+    needs(layout_backend, "CPU weight")
+    sandbox = start(layout_backend, workspace, made, cpu_weight=25)
+    group = sandbox_weight_cgroup(layout_backend)
+    assert weight_of(group) in (25, cgroups.v1_shares(25))  # 256 shares on v1, against 1024 for a host process
+    assert sandbox.execute(SPAWN_SLEEPERS) == "3"
+    assert len((group / "cgroup.procs").read_text().split()) >= 5  # bubblewrap, the worker and its three sleepers
+    row = {row.name: row for row in layout_backend.protections_report(SandboxLimits(cpu_weight=25))}["CPU weight"]
+    assert row.enforced and "25 for all processes together, against 100 for a host process" in row.reason
+
+
+def test_sandbox_code_cannot_raise_its_own_cpu_share(
+    backend: LocalSandboxBackend, workspace: Path, made: list[LocalSandbox]
+) -> None:
+    needs(backend, "CPU weight")
+    sandbox = start(backend, workspace, made)
+    group = sandbox_weight_cgroup(backend)
+    members = set((group / "cgroup.procs").read_text().split())
+    attempts = sandbox.execute(RAISE_OWN_PRIORITY)
+    assert "done" not in str(attempts), attempts
+    assert weight_of(group) in (10, cgroups.v1_shares(10))
+    assert members <= set((group / "cgroup.procs").read_text().split())
+
+
 def test_process_count_cgroup_bounds_processes_of_any_user(backend: LocalSandboxBackend) -> None:
     """The pids cgroup binds even root, which RLIMIT_NPROC does not: the bound is the cgroup's own."""
     needs(backend, "process-count cgroup")
     layout = backend.machine_protections().layout
     assert layout is not None
     group = cgroups.SandboxCgroups(layout, new_name())
-    group.create(256 * 2**20, 10)
+    group.create(256 * 2**20, 10, 100)
     try:
         script = "import os, time\nn = 0\nfor _ in range(30):\n    try:\n        if os.fork() == 0:\n            time.sleep(5)\n            os._exit(0)\n        n += 1\n    except OSError:\n        pass\nprint(n)"
         process = start_gated([sys.executable, "-c", script], group.place, stdout=subprocess.PIPE, text=True)

@@ -149,6 +149,13 @@ class SandboxSettings(BaseModel):
         default=10_240, gt=0, description="MiB a sandbox's workspace volume holds, inputs included (a sparse image)."
     )
     max_files: int = Field(default=100_000, ge=1000, description="Files and directories a workspace volume holds.")
+    cpu_weight: int = Field(
+        default=10,
+        ge=1,
+        le=10_000,
+        description="What a sandbox, all its processes together, weighs on a busy CPU against a host process at "
+        "100 (cgroup v2's scale): the server's event loop and the engine are served first.",
+    )
     require_limits: bool | None = Field(
         default=None,
         description="Refuse sandboxes whose whole-sandbox limits (memory and process cgroups, sized /tmp, "

@@ -38,6 +38,8 @@ class SandboxLimits:
     disk_mb: int = 10_240
     """What a sandbox's workspace volume holds at most, inputs included (MiB)."""
     max_files: int = 100_000
+    cpu_weight: int = 10
+    """What the whole sandbox weighs on a busy CPU, on cgroup v2's scale (a host process at nice 0: 100)."""
 
     @classmethod
     def from_settings(cls, sandbox: SandboxSettings, budget: BudgetSettings) -> SandboxLimits:
@@ -51,6 +53,7 @@ class SandboxLimits:
             max_output_chars=budget.max_output_chars,
             disk_mb=sandbox.disk_mb,
             max_files=sandbox.max_files,
+            cpu_weight=sandbox.cpu_weight,
         )
 
 

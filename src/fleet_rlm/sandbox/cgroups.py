@@ -1,10 +1,16 @@
 """Cgroups that bound a whole sandbox: memory (all its processes and its /tmp), process count, CPU
-time, and a kill that reaches every process it ever started.
+time, its CPU weight, and a kill that reaches every process it ever started.
 
-Each function comes from one hierarchy. cgroup v2 where a writable cgroup2 offers it: memory and
-pids only when delegated (enabled in the parent's ``cgroup.subtree_control``), CPU time
+Each function comes from one hierarchy. cgroup v2 where a writable cgroup2 offers it: memory, pids
+and the CPU weight only when delegated (enabled in the parent's ``cgroup.subtree_control``), CPU time
 (``cpu.stat``) and the kill (``cgroup.kill``) from any writable cgroup2. Otherwise cgroup v1: the
-``memory``, ``pids`` and ``cpuacct`` hierarchies, and ``freezer`` to kill without a race. A sandbox's
+``memory``, ``pids``, ``cpuacct`` and ``cpu`` hierarchies, and ``freezer`` to kill without a race.
+
+The CPU weight is what the sandbox, all its processes together, gets of a busy CPU against the host's
+processes. Without a cpu cgroup each sandbox is a session of its own (bubblewrap's
+``--new-session``), and where the kernel groups processes by session (``sched_autogroup``) every
+sandbox would weigh as much as the whole host: 32 busy sandboxes left the server's event loop ~1/33
+of the CPU, and a nice value set inside a session does not count across sessions. A sandbox's
 cgroups are made under the host process's own cgroup in each hierarchy, so limits put on the host
 also bound its sandboxes. The sandbox's first process is moved into them while it is held at its
 start gate (``sandbox/gate.py``), so everything the sandbox runs is inside from its first instruction.
@@ -24,7 +30,7 @@ from pathlib import Path
 
 from fleet_rlm.sandbox.owners import PREFIX, new_name
 
-MEMORY, PIDS, CPU, KILL = "memory", "pids", "CPU time", "kill"
+MEMORY, PIDS, CPU, KILL, WEIGHT = "memory", "pids", "CPU time", "kill", "CPU weight"
 REMOVE_TIMEOUT = 2.0
 FREEZE_TIMEOUT = 1.0
 
@@ -48,12 +54,13 @@ class CgroupLayout:
     pids: Hierarchy | None
     cpu: Hierarchy | None
     kill: Hierarchy | None  # v2 with cgroup.kill, or the v1 freezer; None: kill process by process
+    weight: Hierarchy | None  # v2 cpu.weight, or v1 cpu.shares
     notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def hierarchies(self) -> tuple[Hierarchy, ...]:
         found: list[Hierarchy] = []
-        for hierarchy in (self.memory, self.pids, self.cpu, self.kill):
+        for hierarchy in (self.memory, self.pids, self.cpu, self.kill, self.weight):
             if hierarchy is not None and hierarchy not in found:
                 found.append(hierarchy)
         return tuple(found)
@@ -107,14 +114,17 @@ def _probe(parent: Path) -> tuple[bool, set[str], str]:
             probe.rmdir()
 
 
+V2_DELEGATED = frozenset({"memory", "pids", "cpu"})
+
+
 def _delegate_v2(parent: Path) -> frozenset[str]:
-    """Enable memory and pids for the children of ``parent`` where the kernel allows; what is enabled."""
+    """Enable memory, pids and cpu for the children of ``parent`` where the kernel allows; what is enabled."""
     available = set(_read(parent / "cgroup.controllers").split())
     enabled = set(_read(parent / "cgroup.subtree_control").split())
-    for controller in ({MEMORY, PIDS} & available) - enabled:
+    for controller in (V2_DELEGATED & available) - enabled:
         with contextlib.suppress(OSError):  # EBUSY when the cgroup holds processes and is not the root
             _write(parent / "cgroup.subtree_control", f"+{controller}")
-    return frozenset(set(_read(parent / "cgroup.subtree_control").split()) & {MEMORY, PIDS})
+    return frozenset(set(_read(parent / "cgroup.subtree_control").split()) & V2_DELEGATED)
 
 
 def _parents() -> list[tuple[int, Path, frozenset[str]]]:
@@ -157,7 +167,7 @@ def detect_layout(*, use_v2: bool = True) -> CgroupLayout:
             delegated = _delegate_v2(parent)
             v2 = Hierarchy(2, parent, delegated, "cgroup.kill" in files, "cpu.stat" in files)
             if not delegated:
-                v2_note = f"cgroup v2 at {parent} does not delegate memory or pids (not in cgroup.subtree_control)"
+                v2_note = f"cgroup v2 at {parent} does not delegate memory, pids or cpu (not in cgroup.subtree_control)"
             continue
         writable, _, why = _probe(parent)
         for controller in controllers:
@@ -183,7 +193,8 @@ def detect_layout(*, use_v2: bool = True) -> CgroupLayout:
     pids = pick(PIDS, v2 is not None and PIDS in v2.controllers, "pids")
     cpu = pick(CPU, v2 is not None and v2.has_cpu_stat, "cpuacct")
     kill = pick(KILL, v2 is not None and v2.has_kill, "freezer")
-    return CgroupLayout(memory, pids, cpu, kill, notes)
+    weight = pick(WEIGHT, v2 is not None and "cpu" in v2.controllers, "cpu")
+    return CgroupLayout(memory, pids, cpu, kill, weight, notes)
 
 
 def swap_note(hierarchy: Hierarchy) -> str:
@@ -217,7 +228,7 @@ class SandboxCgroups:
         self._readers: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def create(self, memory_bytes: int, max_tasks: int) -> None:
+    def create(self, memory_bytes: int, max_tasks: int, cpu_weight: int) -> None:
         """Make the cgroups and set their limits; then :meth:`place` puts the first process inside."""
         try:
             for directory in self.dirs.values():
@@ -226,6 +237,8 @@ class SandboxCgroups:
                 self._limit_memory(self.layout.memory, memory_bytes)
             if self.layout.pids is not None:
                 _write(self.dirs[self.layout.pids] / "pids.max", str(max_tasks))
+            if self.layout.weight is not None:
+                self._weigh(self.layout.weight, cpu_weight)
             for directory in self.dirs.values():
                 self._procs_fds.append(os.open(directory / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
             self._open_readers()
@@ -243,6 +256,13 @@ class SandboxCgroups:
         _write(directory / "memory.limit_in_bytes", str(memory_bytes))
         if (directory / "memory.memsw.limit_in_bytes").exists():
             _write(directory / "memory.memsw.limit_in_bytes", str(memory_bytes))
+
+    def _weigh(self, hierarchy: Hierarchy, cpu_weight: int) -> None:
+        """``cpu_weight`` on cgroup v2's scale (a process at nice 0 weighs 100)."""
+        if hierarchy.version == 2:
+            _write(self.dirs[hierarchy] / "cpu.weight", str(cpu_weight))
+        else:
+            _write(self.dirs[hierarchy] / "cpu.shares", str(v1_shares(cpu_weight)))
 
     def place(self, pid: int) -> None:
         """Move process ``pid`` into every cgroup (the sandbox's first process, before it runs)."""
@@ -360,6 +380,11 @@ class SandboxCgroups:
                         break
                     time.sleep(0.005)
         return left
+
+
+def v1_shares(cpu_weight: int) -> int:
+    """A v2 ``cpu.weight`` (1-10000, nice 0 = 100) as v1 ``cpu.shares`` (2-262144, nice 0 = 1024)."""
+    return max(2, cpu_weight * 1024 // 100)
 
 
 def reap_stale(layout: CgroupLayout, owner_is_dead: Callable[[str], bool]) -> list[str]:

@@ -51,7 +51,7 @@ class SandboxGuard:
         try:
             if self.cgroups is not None:
                 tasks = self.limits.max_processes + self.overhead_tasks
-                self.cgroups.create(self.limits.memory_mb * MB, tasks)
+                self.cgroups.create(self.limits.memory_mb * MB, tasks, self.limits.cpu_weight)
             if self.machine.tmp_root is not None:
                 self.tmp = SizedTmp(self.machine.tmp_root, self.name, self.limits.memory_mb)
                 self.tmp.create()

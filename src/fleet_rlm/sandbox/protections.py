@@ -8,6 +8,7 @@ gets a :class:`~fleet_rlm.sandbox.guard.SandboxGuard` that applies them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ class Protection:
     name: str
     enforced: bool
     reason: str
+    required: bool = True
+    """Missing, it refuses sandboxes under ``sandbox_require_limits``; else it only serves the host."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,7 @@ def protections_report(machine: MachineProtections, limits: SandboxLimits) -> li
             cgroups.CPU,
             f"{limits.cpu_seconds}s for all processes together",
         ),
+        _weight_row(machine, limits),
         _seccomp_row(machine),
         disk_quota_protection(machine, limits),
     ]
@@ -158,7 +162,8 @@ def disk_quota_protection(machine: MachineProtections, limits: SandboxLimits) ->
 
 
 def missing_protections(rows: list[Protection]) -> list[Protection]:
-    return [row for row in rows if not row.enforced]
+    """The required protections this machine cannot enforce."""
+    return [row for row in rows if row.required and not row.enforced]
 
 
 def refusal(rows: list[Protection]) -> str | None:
@@ -185,6 +190,21 @@ def _cgroup_row(
         return Protection(name, False, note)
     extra = f"; {cgroups.swap_note(hierarchy)}" if function == cgroups.MEMORY else ""
     return Protection(name, True, f"{what} ({note}{extra})")
+
+
+def _weight_row(machine: MachineProtections, limits: SandboxLimits) -> Protection:
+    """Not required: without it a sandbox is bounded all the same, only the host is served less first."""
+    row = _cgroup_row(
+        "CPU weight",
+        machine.layout,
+        machine.cgroups_note,
+        machine.layout.weight if machine.layout else None,
+        cgroups.WEIGHT,
+        f"{limits.cpu_weight} for all processes together, against 100 for a host process",
+    )
+    if row.enforced:
+        return dataclasses.replace(row, required=False)
+    return Protection(row.name, False, f"{row.reason}; busy sandboxes compete with the host as equals", required=False)
 
 
 def _tmp_row(machine: MachineProtections, limits: SandboxLimits) -> Protection:

@@ -103,6 +103,9 @@ def check_limits(settings: Settings) -> list[Check]:
             checks.append(Check(name, True, f"enforced: {row.reason}"))
             continue
         detail = f"missing: {row.reason}"
+        if not row.required:
+            checks.append(Check(name, True, detail, LIMITS_FIX, warn=True))
+            continue
         if required is None:
             detail += " (`fleet serve` refuses sandboxes until it is enforced)"
         checks.append(Check(name, not required, detail, LIMITS_FIX, warn=not required))
