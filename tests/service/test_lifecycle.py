@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +16,7 @@ from sqlalchemy.exc import OperationalError
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.sandbox import registry
+from fleet_rlm.service.pool import LIFECYCLE_THREADS
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Conflict, Database, Store, TurnCommit
@@ -251,6 +254,63 @@ async def test_a_turn_cancelled_while_its_sandbox_starts_ends_cancelled_after_it
     stored = await service.store.events_after(turn.id)
     assert [(e.seq, e.type) for e in stored] == [(1, EventType.TURN_STARTED), (2, EventType.TURN_CANCELLED)]
     assert model_server.model.requests_for("root") == []  # the engine never ran
+
+
+async def events_until_the_end(service: FleetService, turn_id: str) -> list[Event]:
+    return [event async for event in await service.events(turn_id)]
+
+
+async def test_a_turn_finishes_while_more_sandboxes_are_stuck_starting_than_the_loop_has_threads(
+    make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch, model_server: ScriptedModelServer
+) -> None:
+    """Sandbox starts take the pool's own threads, not the event loop's default executor: a running
+    turn's file work (its artifacts collected at the end) goes on while other sessions' sandboxes hang
+    starting, more of them than that executor has threads."""
+    stuck = min(32, (os.cpu_count() or 1) + 4) + 1  # asyncio's default executor, plus one
+    monkeypatch.setitem(registry.BACKENDS, "local-held", lambda: HeldStartBackend)
+    settings = make_settings(
+        sandbox_backend="local-held", sandbox_pool_size=0, sandbox_max_kernels=stuck + 2, max_running_turns=stuck + 2
+    )
+    service = FleetService(settings, database=Database(str(settings.database_url)))
+    await service.start()
+    backend = service.backend
+    assert isinstance(backend, HeldStartBackend)
+    backend.held_sessions = set()
+    asked, go = threading.Event(), threading.Event()
+
+    def finish_when_told(_: dict[str, Any]) -> str:
+        asked.set()
+        go.wait(60)
+        return rlm_step("Done.", "SUBMIT(answer='ok')")
+
+    try:
+        await service.create_session(name="free")
+        model_server.script("root", rlm_step("Write.", "open('artifacts/a.txt', 'w').write('kept')"), finish_when_told)
+        turn, _ = await service.submit_turn("free", TurnSubmission(message="write a file"))
+        assert await asyncio.to_thread(asked.wait, 60), "the turn never reached its second model call"
+
+        held = [await service.create_session(name=f"stuck-{index}") for index in range(stuck)]
+        backend.held_sessions.update(session.id for session in held)
+        waiting = [(await service.submit_turn(session.name, TurnSubmission(message="wait")))[0] for session in held]
+        for _ in range(600):
+            if backend.waiting == LIFECYCLE_THREADS:
+                break
+            await asyncio.sleep(0.05)
+        assert backend.waiting == LIFECYCLE_THREADS, f"{backend.waiting} sandbox starts are held"
+
+        go.set()
+        seen = await asyncio.wait_for(events_until_the_end(service, turn.id), 60)
+        assert seen[-1].type is EventType.TURN_COMPLETED
+        done = await service.store.get_turn(turn.id)
+        assert (done.status, done.answer) == ("completed", "ok")
+        assert [r.path for r, _ in await service.list_files("free")] == ["artifacts/a.txt"]
+        assert backend.waiting == LIFECYCLE_THREADS  # the others were still starting all along
+        for stuck_turn in waiting:
+            await service.cancel_turn(stuck_turn.id)
+    finally:
+        go.set()
+        backend.release.set()
+        await service.stop()
 
 
 async def test_a_start_stored_by_a_commit_that_failed_on_its_way_back_runs_once_with_one_turn_started(

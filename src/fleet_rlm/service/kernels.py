@@ -244,7 +244,7 @@ class KernelRegistry:
         await self._evict_over_limit(self.settings.max_kernels - 1)
         lease = await self.pool.acquire(session_id, turn_id, kernel=True)
         try:
-            started = await asyncio.to_thread(self.pool.start_kernel, lease)
+            started = await self.pool.in_thread(self.pool.start_kernel, lease)
         except BaseException:
             await self.pool.release(lease)
             raise
@@ -274,7 +274,7 @@ class KernelRegistry:
         restored = KernelReport()
         if state.get("snapshot") and self._snapshot_path(session_id).is_file():
             saved = kernel_code.parse_report({"saved": state["snapshot"].get("saved")}).saved
-            restored = await asyncio.to_thread(self._restore, lease, kernel, saved)
+            restored = await self.pool.in_thread(self._restore, lease, kernel, saved)
         lost = _lost_after_restore(known, state.get("snapshot") or {}, restored)
         if known or restored.restored:
             events.append(
@@ -329,7 +329,7 @@ class KernelRegistry:
                 return
             kept.observer.target = None
             kernel.started = kept
-            await asyncio.to_thread(self._snapshot, kernel, lease, set(EXCLUDED_NAMES))
+            await self.pool.in_thread(self._snapshot, kernel, lease, set(EXCLUDED_NAMES))
         finally:
             kernel.lock.release()
         await self._evict_over_limit(self.settings.max_kernels)

@@ -5,6 +5,7 @@ until the test lets them (what a person sees while a sandbox is slow to start)."
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,8 @@ HELD_SECONDS = 60.0
 
 class HeldStartBackend(LocalSandboxBackend):
     """Each sandbox's start waits (on the thread starting it) until :attr:`release` is set, or
-    :data:`HELD_SECONDS` passed; :attr:`holding` is set once a start waits."""
+    :data:`HELD_SECONDS` passed; :attr:`holding` is set once a start waits, and :attr:`waiting` counts
+    the starts waiting now. With :attr:`held_sessions` set, only the sandboxes of those sessions wait."""
 
     name = "local-held"
 
@@ -62,6 +64,22 @@ class HeldStartBackend(LocalSandboxBackend):
         super().__init__(*args, **kwargs)
         self.holding = threading.Event()
         self.release = threading.Event()
+        self.held_sessions: set[str] | None = None
+        self.waiting = 0
+        self._count = threading.Lock()
+
+    def hold(self, labels: Mapping[str, str]) -> None:
+        """Wait here if this sandbox is held (on the thread starting it)."""
+        if self.held_sessions is not None and labels.get("session") not in self.held_sessions:
+            return
+        with self._count:
+            self.waiting += 1
+        self.holding.set()
+        try:
+            self.release.wait(HELD_SECONDS)
+        finally:
+            with self._count:
+                self.waiting -= 1
 
     def create(self, spec: SandboxSpec) -> LocalSandbox:
         return _HeldSandbox(self, spec, self.checked_launcher(spec.limits), interrupt_grace=self.interrupt_grace)
@@ -73,6 +91,5 @@ class _HeldSandbox(LocalSandbox):
         self._backend = backend
 
     def start(self) -> None:
-        self._backend.holding.set()
-        self._backend.release.wait(HELD_SECONDS)
+        self._backend.hold(self.spec.labels)
         super().start()
