@@ -430,10 +430,13 @@ class KernelRegistry:
             snapshot=snapshot,
         )
 
-    def summary(self) -> tuple[int, int]:
-        """How many kernels are live and their resident memory in bytes (for health and doctor)."""
+    async def summary(self) -> tuple[int, int]:
+        """How many kernels are live and their resident memory in bytes (for health and doctor). The
+        memory is read off the event loop: finding each kernel's processes scans all of /proc, and a
+        polled health check would otherwise hold the loop for a scan per live kernel."""
         kernels = list(self.live.values())
-        return len(kernels), sum(kernel.memory_bytes() or 0 for kernel in kernels)
+        memory = await asyncio.to_thread(lambda: sum(kernel.memory_bytes() or 0 for kernel in kernels))
+        return len(kernels), memory
 
     # Storage ----------------------------------------------------------------------------------
 

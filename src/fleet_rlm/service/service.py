@@ -327,9 +327,9 @@ class FleetService(TurnOperations):
         await self.kernels.settled(session.id)
         return await asyncio.to_thread(self.kernels.status, session.id)
 
-    def kernel_summary(self) -> tuple[int, int]:
+    async def kernel_summary(self) -> tuple[int, int]:
         """How many session kernels are live in this process, and their resident memory in bytes."""
-        return self._kernels.summary() if self._kernels is not None else (0, 0)
+        return await self._kernels.summary() if self._kernels is not None else (0, 0)
 
     async def restart_kernel(self, ref: str) -> KernelStatus:
         """End the session's kernel and drop its snapshot (Conflict while a turn runs on it)."""

@@ -21,7 +21,7 @@ def _version() -> str:
 @router.get("/health", response_model=Health)
 async def health(service: Service) -> Health:
     """The process is up; with the session kernels it keeps live and their memory."""
-    live, memory = service.kernel_summary()
+    live, memory = await service.kernel_summary()
     return Health(version=_version(), kernels=KernelsSummary(live=live, memory_bytes=memory))
 
 
