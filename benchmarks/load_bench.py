@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -99,9 +100,16 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[index]
 
 
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+TREE_SCAN_EVERY = 10
+"""Samples between two scans of /proc for the tree's processes: the scan reads every process's stat,
+and at every sample it took ~20% of a core from the two the load runs on."""
+
+
 class MemorySampler:
     """Peak RSS of a process and of its whole process tree, sampled from /proc every ``interval`` seconds
-    in a process of its own (scanning /proc takes CPU the load client's event loop should not wait on)."""
+    in a process of its own (scanning /proc takes CPU the load client's event loop should not wait on).
+    A sample reads the RSS of the processes found by the last scan of the tree."""
 
     def __init__(self, pid: int, interval: float = 0.05) -> None:
         self.pid = pid
@@ -112,32 +120,39 @@ class MemorySampler:
         self._result, self._send = context.Pipe(duplex=False)
         self._process = context.Process(target=self._run, daemon=True)
 
-    def _tree_rss_kb(self) -> int:
+    def _tree(self) -> list[int]:
+        """The process and all its descendants now (a scan of every process's parent in /proc)."""
         children: dict[int, list[int]] = {}
-        rss: dict[int, int] = {}
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
             try:
                 stat = Path(entry.path, "stat").read_text()
-                status = Path(entry.path, "status").read_text()
             except OSError:
                 continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry.name))
-            match = re.search(r"VmRSS:\s+(\d+)", status)
-            rss[int(entry.name)] = int(match[1]) if match else 0
-        total, stack = 0, [self.pid]
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+        found, stack = [], [self.pid]
         while stack:
             pid = stack.pop()
-            total += rss.get(pid, 0)
+            found.append(pid)
             stack.extend(children.get(pid, []))
-        return total
+        return found
+
+    @staticmethod
+    def _rss_kb(pid: int) -> int:
+        try:
+            return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_KB
+        except (OSError, ValueError, IndexError):
+            return 0  # ended since the tree was scanned
 
     def _run(self) -> None:
-        peak = 0
-        while not self._stop.is_set():
-            peak = max(peak, self._tree_rss_kb())
+        peak, tree = 0, [self.pid]
+        for sample in itertools.count():
+            if self._stop.is_set():
+                break
+            if sample % TREE_SCAN_EVERY == 0:
+                tree = self._tree()
+            peak = max(peak, sum(self._rss_kb(pid) for pid in tree))
             self._stop.wait(self.interval)
         self._send.send(peak)
 
