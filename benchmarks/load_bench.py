@@ -4,7 +4,7 @@ Run: ``uv run python benchmarks/load_bench.py [--sessions 50] [--iterations 3] [
 [--pool 2] [--max-running N] [--database-url URL] [--workers 0,1,2] [--turn-processes 0,2]``.
 
 A real ``fleet serve`` process (SQLite under a temporary FLEET_HOME; with ``--database-url``, each
-run on a new empty PostgreSQL database beside the one named) serves a scripted model that answers
+run on a new empty PostgreSQL database beside the one named, dropped after it) serves a scripted model that answers
 every call after ``--delay`` seconds; each session's turn prints on ``iterations - 1`` iterations
 and submits on the last. All turns are submitted at once and streamed over SSE. Reported:
 
@@ -342,20 +342,28 @@ def wait_workers(logs: list[Path]) -> None:
 
 def fresh_database(url: str, name: str) -> str:
     """A new empty database beside ``url``'s (same server), for one topology's run."""
+    _admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_database(url: str, name: str) -> None:
+    """Remove a run's database once its report is made (nothing is left on the server)."""
+    _admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _admin(url: str, *statements: str) -> None:
+    """Run ``statements`` on the server of ``url``, connected to its database."""
     import asyncpg
 
-    admin = url.replace("postgresql+asyncpg://", "postgresql://", 1)
-
-    async def create() -> None:
-        connection = await asyncpg.connect(admin)
+    async def run() -> None:
+        connection = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://", 1))
         try:
-            await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            await connection.execute(f'CREATE DATABASE "{name}"')
+            for statement in statements:
+                await connection.execute(statement)
         finally:
             await connection.close()
 
-    asyncio.run(create())
-    return url.rsplit("/", 1)[0] + "/" + name
+    asyncio.run(run())
 
 
 def main() -> int:
@@ -396,8 +404,13 @@ def main() -> int:
     combinations = [(w, p, t) for t in trees for w in worker_counts for p in process_counts]
     reports = []
     for index, (workers, processes, tree) in enumerate(combinations):
-        database = fresh_database(args.database_url, f"fleet_load_bench_{index}") if args.database_url else None
-        report = measure(args, workers=workers, turn_processes=processes, database_url=database, code=tree)
+        name = f"fleet_load_bench_{index}"
+        database = fresh_database(args.database_url, name) if args.database_url else None
+        try:
+            report = measure(args, workers=workers, turn_processes=processes, database_url=database, code=tree)
+        finally:
+            if args.database_url:
+                drop_database(args.database_url, name)
         reports.append(report)
         print(json.dumps(report, indent=2))
     if len(reports) == 1:
