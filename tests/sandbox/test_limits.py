@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ from fleet_rlm.config import Settings
 from fleet_rlm.sandbox import cgroups
 from fleet_rlm.sandbox.base import SandboxLimits, SandboxSpec, SandboxUnavailable
 from fleet_rlm.sandbox.gate import start_gated
+from fleet_rlm.sandbox.isolation import rlimits
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
 from fleet_rlm.sandbox.owners import new_name
@@ -204,6 +206,39 @@ def test_sandbox_code_cannot_raise_its_own_cpu_share(
     assert "done" not in str(attempts), attempts
     assert weight_of(group) in (10, cgroups.v1_shares(10))
     assert members <= set((group / "cgroup.procs").read_text().split())
+
+
+READ_PRIORITY_LIMITS = """
+import resource
+print([resource.getrlimit(resource.RLIMIT_RTPRIO), resource.getrlimit(resource.RLIMIT_NICE)])
+"""
+
+
+def test_sandbox_code_cannot_take_the_real_time_priority_its_host_may(
+    backend: LocalSandboxBackend, workspace: Path, made: list[LocalSandbox]
+) -> None:
+    """A host allowed real-time priorities and nice values below 0 (RLIMIT_RTPRIO and RLIMIT_NICE, from
+    limits.conf or ``docker --ulimit``) does not pass them on: a real-time process would ignore the
+    sandbox's CPU weight and take a core from the host."""
+    assert (resource.RLIMIT_RTPRIO, (0, 0)) in rlimits(SandboxLimits(), 64)
+    assert (resource.RLIMIT_NICE, (0, 0)) in rlimits(SandboxLimits(), 64)
+    raised = {resource.RLIMIT_RTPRIO: (50, 50), resource.RLIMIT_NICE: (30, 30)}
+    saved = {which: resource.getrlimit(which) for which in raised}
+    try:
+        for which, value in raised.items():
+            resource.setrlimit(which, value)
+    except ValueError as exc:  # no CAP_SYS_RESOURCE in this container
+        for which, value in saved.items():
+            resource.setrlimit(which, value)
+        pytest.skip(f"this host cannot raise its own real-time limits to try: {exc}")
+    try:
+        sandbox = start(backend, workspace, made)
+    finally:
+        for which, value in saved.items():
+            resource.setrlimit(which, value)
+    assert sandbox.execute(READ_PRIORITY_LIMITS) == "[(0, 0), (0, 0)]"
+    attempts = sandbox.execute(RAISE_OWN_PRIORITY)
+    assert "done" not in str(attempts), attempts
 
 
 def test_process_count_cgroup_bounds_processes_of_any_user(backend: LocalSandboxBackend) -> None:

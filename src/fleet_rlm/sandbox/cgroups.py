@@ -166,8 +166,6 @@ def detect_layout(*, use_v2: bool = True) -> CgroupLayout:
                 continue
             delegated = _delegate_v2(parent)
             v2 = Hierarchy(2, parent, delegated, "cgroup.kill" in files, "cpu.stat" in files)
-            if not delegated:
-                v2_note = f"cgroup v2 at {parent} does not delegate memory, pids or cpu (not in cgroup.subtree_control)"
             continue
         writable, _, why = _probe(parent)
         for controller in controllers:
@@ -177,7 +175,7 @@ def detect_layout(*, use_v2: bool = True) -> CgroupLayout:
                 v1_notes.setdefault(controller, f"cgroup v1 {controller}: {why}")
     notes: dict[str, str] = {}
 
-    def pick(name: str, v2_ok: bool, v1_controller: str) -> Hierarchy | None:
+    def pick(name: str, v2_ok: bool, v2_lacks: str, v1_controller: str) -> Hierarchy | None:
         if v2 is not None and v2_ok:
             notes[name] = f"cgroup v2 at {v2.parent}"
             return v2
@@ -185,15 +183,19 @@ def detect_layout(*, use_v2: bool = True) -> CgroupLayout:
         if chosen is not None:
             notes[name] = f"cgroup v1 {v1_controller} at {chosen.parent}"
         else:
+            v2_why = v2_note if v2 is None else f"cgroup v2 at {v2.parent} {v2_lacks}"
             v1_why = v1_notes.get(v1_controller, f"no cgroup v1 {v1_controller} hierarchy mounted")
-            notes[name] = f"{v2_note}; {v1_why}"
+            notes[name] = f"{v2_why}; {v1_why}"
         return chosen
 
-    memory = pick(MEMORY, v2 is not None and MEMORY in v2.controllers, "memory")
-    pids = pick(PIDS, v2 is not None and PIDS in v2.controllers, "pids")
-    cpu = pick(CPU, v2 is not None and v2.has_cpu_stat, "cpuacct")
-    kill = pick(KILL, v2 is not None and v2.has_kill, "freezer")
-    weight = pick(WEIGHT, v2 is not None and "cpu" in v2.controllers, "cpu")
+    def undelegated(controller: str) -> str:
+        return f"does not delegate {controller} (not in its cgroup.subtree_control, and Fleet could not add it)"
+
+    memory = pick(MEMORY, v2 is not None and MEMORY in v2.controllers, undelegated("memory"), "memory")
+    pids = pick(PIDS, v2 is not None and PIDS in v2.controllers, undelegated("pids"), "pids")
+    cpu = pick(CPU, v2 is not None and v2.has_cpu_stat, "has no cpu.stat", "cpuacct")
+    kill = pick(KILL, v2 is not None and v2.has_kill, "has no cgroup.kill", "freezer")
+    weight = pick(WEIGHT, v2 is not None and "cpu" in v2.controllers, undelegated("cpu"), "cpu")
     return CgroupLayout(memory, pids, cpu, kill, weight, notes)
 
 

@@ -427,6 +427,10 @@ def rlimits(limits: SandboxLimits, nproc: int) -> list[Rlimit]:
         (resource.RLIMIT_FSIZE, (file_size, file_size)),
         (resource.RLIMIT_CPU, (cpu, cpu + 5)),
         (resource.RLIMIT_CORE, (0, 0)),
+        # No real-time scheduling and no nice below the start's, whatever the host was allowed: a
+        # real-time process ignores the sandbox's CPU weight.
+        (resource.RLIMIT_RTPRIO, (0, 0)),
+        (resource.RLIMIT_NICE, (0, 0)),
     ]
 
 
