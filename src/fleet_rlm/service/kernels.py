@@ -43,6 +43,7 @@ from fleet_rlm.sandbox import kernel_code
 from fleet_rlm.sandbox.kernel_code import KernelReport, KernelVariableInfo, Lost
 from fleet_rlm.service.files import FileIdentity
 from fleet_rlm.service.kernel_text import live_text, restored_text
+from fleet_rlm.service.lanes import ThreadLane, usable_cores
 from fleet_rlm.service.pool import Lease, SandboxPool, Started
 from fleet_rlm.store import Conflict
 from fleet_rlm.workspace.layout import Workspace
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 STATE_FILE = "state.json"
 SNAPSHOT_FILE = "snapshot.pickle"
 EXCLUDED_NAMES = frozenset({"SUBMIT", "task", "workspace", "history", "dspy"})
+SUMMARY_SECONDS = 1.0
+"""How long the live kernels' memory, once read, answers health checks (while the same kernels live)."""
 """Names every turn binds itself (its inputs, ``SUBMIT``); its tools are excluded by name too."""
 ELSEWHERE_WORDS = (
     "the session's last turns ran in another worker process (on another machine, or before a restart), "
@@ -156,6 +159,11 @@ class KernelRegistry:
         self.settings = settings
         self.live: OrderedDict[str, Kernel] = OrderedDict()
         self._sweeper: asyncio.Task[None] | None = None
+        self.state_lane = ThreadLane(usable_cores() + 1, "fleet-kernel-state")
+        """Snapshots and restores: they run the session's code (up to an execution's timeout), so
+        they wait neither for sandbox starts nor hold them up."""
+        self._summary_lock = asyncio.Lock()
+        self._summary: tuple[float, tuple[int, ...], int] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -175,6 +183,7 @@ class KernelRegistry:
                 await self._sweeper
         for kernel in list(self.live.values()):
             await self._end(kernel, "server_restart", "the server stopped")
+        self.state_lane.close()
 
     async def _sweep(self) -> None:
         period = min(30.0, max(0.2, self.settings.kernel_idle_timeout / 4))
@@ -244,7 +253,7 @@ class KernelRegistry:
         await self._evict_over_limit(self.settings.max_kernels - 1)
         lease = await self.pool.acquire(session_id, turn_id, kernel=True)
         try:
-            started = await self.pool.in_thread(self.pool.start_kernel, lease)
+            started = await self.pool.lifecycle.run(self.pool.start_kernel, lease)
         except BaseException:
             await self.pool.release(lease)
             raise
@@ -274,7 +283,7 @@ class KernelRegistry:
         restored = KernelReport()
         if state.get("snapshot") and self._snapshot_path(session_id).is_file():
             saved = kernel_code.parse_report({"saved": state["snapshot"].get("saved")}).saved
-            restored = await self.pool.in_thread(self._restore, lease, kernel, saved)
+            restored = await self.state_lane.run(self._restore, lease, kernel, saved)
         lost = _lost_after_restore(known, state.get("snapshot") or {}, restored)
         if known or restored.restored:
             events.append(
@@ -329,7 +338,7 @@ class KernelRegistry:
                 return
             kept.observer.target = None
             kernel.started = kept
-            await self.pool.in_thread(self._snapshot, kernel, lease, set(EXCLUDED_NAMES))
+            await self.state_lane.run(self._snapshot, kernel, lease, set(EXCLUDED_NAMES))
         finally:
             kernel.lock.release()
         await self._evict_over_limit(self.settings.max_kernels)
@@ -432,11 +441,18 @@ class KernelRegistry:
 
     async def summary(self) -> tuple[int, int]:
         """How many kernels are live and their resident memory in bytes (for health and doctor). The
-        memory is read off the event loop: finding each kernel's processes scans all of /proc, and a
-        polled health check would otherwise hold the loop for a scan per live kernel."""
-        kernels = list(self.live.values())
-        memory = await asyncio.to_thread(lambda: sum(kernel.memory_bytes() or 0 for kernel in kernels))
-        return len(kernels), memory
+        memory is read off the event loop (finding each kernel's processes scans all of /proc), by one
+        caller at a time, and answers the others for :data:`SUMMARY_SECONDS` while the same kernels live:
+        polled health checks neither hold the loop nor fill its default executor."""
+        async with self._summary_lock:
+            kernels = list(self.live.values())
+            which = tuple(id(kernel) for kernel in kernels)
+            kept = self._summary
+            if kept is not None and kept[1] == which and time.monotonic() - kept[0] < SUMMARY_SECONDS:
+                return len(kernels), kept[2]
+            memory = await asyncio.to_thread(lambda: sum(kernel.memory_bytes() or 0 for kernel in kernels))
+            self._summary = (time.monotonic(), which, memory)
+            return len(kernels), memory
 
     # Storage ----------------------------------------------------------------------------------
 

@@ -12,29 +12,26 @@ Each directory carries ``label.json`` naming the server process (runner) and, on
 session and turn. At start-up, :meth:`SandboxPool.reap` unmounts and removes every directory whose
 runner is dead, so no sandbox survives a crash unaccounted.
 
-Starting, restoring and tearing down sandboxes (and making their volumes) block a thread for as long
-as the sandbox takes, which under load is long. They run on the pool's own few threads
-(:meth:`SandboxPool.in_thread`), not on the event loop's default executor: there they held every
-thread while a burst of turns started, and a finished turn's few milliseconds of file work waited up to
-0.8 s behind them before its ``turn.completed`` could be stored.
+Starting and tearing down sandboxes (and making their volumes) block a thread for as long as the
+sandbox takes, which under load is long. They run on the pool's own few threads
+(:attr:`SandboxPool.lifecycle`, a :class:`~fleet_rlm.service.lanes.ThreadLane`; a kernel's snapshot
+and restore, which run the session's code, on the kernels' own lane), not on the event loop's
+default executor: there they held every thread while a burst of turns started, and a finished turn's
+few milliseconds of file work waited up to 0.8 s behind them before its ``turn.completed`` was stored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import dataclasses
-import functools
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from fleet_rlm.protocol.events import new_id
 from fleet_rlm.protocol.payloads import OutputStream
@@ -48,19 +45,17 @@ from fleet_rlm.sandbox.base import (
     WorkspaceFiles,
 )
 from fleet_rlm.sandbox.volume import Volume, remove_volume_directory
+from fleet_rlm.service.lanes import ThreadLane, usable_cores
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 
 log = logging.getLogger(__name__)
 LABEL_FILE = "label.json"
 REFILL_DELAY_SECONDS = 0.3
-LIFECYCLE_THREADS = (os.cpu_count() or 1) + 1
-"""Sandboxes started, restored or torn down at once. Each costs the host CPU (its volume made and
-mounted, bubblewrap launched, the worker's start awaited) beside the event loop: with 16 at once the
-load benchmark's p99 event lag rose ~1.2x, with 3 (on 2 cores) it fell ~0.5x for ~0.93x the throughput."""
-
-P = ParamSpec("P")
-R = TypeVar("R")
+LIFECYCLE_THREADS = usable_cores() + 1
+"""Sandboxes started or torn down at once. Each costs the host CPU (its volume made and mounted,
+bubblewrap launched, the worker's start awaited) beside the event loop: with 16 at once the load
+benchmark's p99 event lag rose ~1.2x, with 3 (on 2 cores) it fell ~0.5x for ~0.93x the throughput."""
 
 
 class SwitchableObserver:
@@ -282,13 +277,7 @@ class SandboxPool:
         self.last_error: str | None = None
         self.warm_leases = 0
         self.cold_leases = 0
-        self._threads = ThreadPoolExecutor(LIFECYCLE_THREADS, thread_name_prefix="fleet-sandbox-lifecycle")
-
-    async def in_thread(self, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        """``function(*args, **kwargs)`` on one of the pool's threads (as ``asyncio.to_thread`` does on
-        the default executor, context variables included)."""
-        call = functools.partial(contextvars.copy_context().run, function, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
+        self.lifecycle = ThreadLane(LIFECYCLE_THREADS, "fleet-sandbox-lifecycle")
 
     # Lifecycle --------------------------------------------------------------------------------
 
@@ -315,7 +304,7 @@ class SandboxPool:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         idle, self._idle = self._idle, []
         await asyncio.gather(*(self._destroy(sandbox_id, [warm.sandbox]) for sandbox_id, warm in idle))
-        self._threads.shutdown(wait=False)
+        self.lifecycle.close()
 
     @property
     def idle_count(self) -> int:
@@ -335,10 +324,10 @@ class SandboxPool:
             self.cold_leases += 1
         directory = self.root / sandbox_id
         if warm is None:
-            workspace = await self.in_thread(self._new_workspace, directory, {**labels, "sandbox": sandbox_id})
+            workspace = await self.lifecycle.run(self._new_workspace, directory, {**labels, "sandbox": sandbox_id})
         else:
             workspace = Workspace(warm.sandbox.spec.workspace)
-            await self.in_thread(_write_label, directory, {**labels, "sandbox": sandbox_id})
+            _write_label(directory, {**labels, "sandbox": sandbox_id})  # no wait: a warm lease is at once
         if warm is not None:
             warm.labels.update(labels)
         # Starting a sandbox forks this (large) process; done at once it would slow the turn that
@@ -399,7 +388,7 @@ class SandboxPool:
             if remove:
                 remove_volume_directory(self.root / sandbox_id)
 
-        await self.in_thread(teardown)
+        await self.lifecycle.run(teardown)
 
     def start_kernel(self, lease: Lease) -> Started:
         """The lease's pre-started sandbox, or one started now on its workspace (a cold lease): the
@@ -432,7 +421,7 @@ class SandboxPool:
         sandbox_id = new_id("sbx")
         directory = self.root / sandbox_id
         try:
-            warm = await self.in_thread(self._start_warm, sandbox_id, directory)
+            warm = await self.lifecycle.run(self._start_warm, sandbox_id, directory)
         except Exception as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.error("could not start a pooled sandbox: %s", self.last_error)
