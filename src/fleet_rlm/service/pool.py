@@ -14,10 +14,10 @@ runner is dead, so no sandbox survives a crash unaccounted.
 
 Starting and tearing down sandboxes (and making their volumes) block a thread for as long as the
 sandbox takes, which under load is long. They run on the pool's own few threads
-(:attr:`SandboxPool.lifecycle`, a :class:`~fleet_rlm.service.lanes.ThreadLane`; a kernel's snapshot
-and restore, which run the session's code, on the kernels' own lane), not on the event loop's
-default executor: there they held every thread while a burst of turns started, and a finished turn's
-few milliseconds of file work waited up to 0.8 s behind them before its ``turn.completed`` was stored.
+(:attr:`SandboxPool.lifecycle`, a :class:`~fleet_rlm.service.lanes.ThreadLane`, which kernels'
+snapshots and restores share, never all of its threads at once), not on the event loop's default
+executor: there they held every thread while a burst of turns started, and a finished turn's few
+milliseconds of file work waited up to 0.8 s behind them before its ``turn.completed`` was stored.
 """
 
 from __future__ import annotations
