@@ -53,9 +53,9 @@ log = logging.getLogger(__name__)
 STATE_FILE = "state.json"
 SNAPSHOT_FILE = "snapshot.pickle"
 EXCLUDED_NAMES = frozenset({"SUBMIT", "task", "workspace", "history", "dspy"})
+"""Names every turn binds itself (its inputs, ``SUBMIT``); its tools are excluded by name too."""
 SUMMARY_SECONDS = 1.0
 """How long the live kernels' memory, once read, answers health checks (while the same kernels live)."""
-"""Names every turn binds itself (its inputs, ``SUBMIT``); its tools are excluded by name too."""
 ELSEWHERE_WORDS = (
     "the session's last turns ran in another worker process (on another machine, or before a restart), "
     "whose kernel state is not here"
