@@ -10,6 +10,7 @@ from typing import Any
 from fleet_rlm.engine.turn import HistoryEntry
 from fleet_rlm.models.scripted import fields_reply, rlm_step
 from fleet_rlm.protocol.events import EventType
+from fleet_rlm.testing.turn_events import event_problems
 
 from .conftest import Harness
 
@@ -90,6 +91,21 @@ def test_the_same_failure_twice_gets_plain_advice_and_four_times_ends_the_turn_i
     assert len(requests) == 4  # stopped at once: no fifth attempt, no extract step
     assert "[Fleet] This same code has now failed with the same error 2 times" in prompt_text(requests[2])
     assert "[Fleet] This same code" not in prompt_text(requests[1])
+
+
+def test_a_repeated_error_whose_message_spans_lines_ends_the_turn_with_a_one_line_reason(harness: Harness) -> None:
+    """A SyntaxError's message quotes the offending line on a line of its own (what a small model's
+    ``!pip install polars`` gets); the turn's reason stays one line, the line quoted in it."""
+    shell = rlm_step("Install it.", "import os\n!pip install polars")
+    harness.server.script("root", shell, shell, shell, shell, rlm_step("Never reached.", "SUBMIT(answer='x')"))
+
+    run = harness.run("Revenue by region", max_iterations=10)
+
+    assert run.outcome.status == "incomplete"
+    [terminal] = run.of(EventType.TURN_INCOMPLETE)
+    reason = terminal.data["reason"]
+    assert "\n" not in reason and "SyntaxError" in reason and "!pip install polars" in reason, reason
+    assert event_problems([e.to_dict() for e in run.events]) == []
 
 
 def test_the_same_output_twice_from_the_same_code_is_met_with_advice_to_submit(harness: Harness) -> None:

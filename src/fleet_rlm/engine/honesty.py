@@ -166,7 +166,9 @@ class LoopGuard:
         """Record a failed execution; returns how many times in a row this code failed this way."""
         attempt = (normalized_code(code), error_signature(error_type, message))
         with self._lock:
-            self.last_error = f"{error_type}: {message.strip()}" if message.strip() else error_type
+            # One line: it ends up in the turn's reason (a SyntaxError's message quotes the code's line).
+            said = " ".join(message.split())
+            self.last_error = f"{error_type}: {said}" if said else error_type
             self._repeats = self._repeats + 1 if attempt == self._attempt else 1
             self._attempt = attempt
             self._run, self._run_repeats = None, 0
