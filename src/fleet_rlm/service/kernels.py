@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -42,6 +42,7 @@ from fleet_rlm.protocol.payloads import (
 from fleet_rlm.sandbox import kernel_code
 from fleet_rlm.sandbox.kernel_code import KernelReport, KernelVariableInfo, Lost
 from fleet_rlm.service.files import FileIdentity
+from fleet_rlm.service.kernel_state import KernelStateFiles, State
 from fleet_rlm.service.kernel_text import live_text, restored_text
 from fleet_rlm.service.pool import LIFECYCLE_THREADS, Lease, SandboxPool, Started
 from fleet_rlm.store import Conflict
@@ -50,8 +51,6 @@ from fleet_rlm.workspace.tree import UnsafeEntry
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "state.json"
-SNAPSHOT_FILE = "snapshot.pickle"
 EXCLUDED_NAMES = frozenset({"SUBMIT", "task", "workspace", "history", "dspy"})
 """Names every turn binds itself (its inputs, ``SUBMIT``); its tools are excluded by name too."""
 SUMMARY_SECONDS = 1.0
@@ -155,6 +154,7 @@ class KernelRegistry:
     def __init__(self, pool: SandboxPool, sessions_root: Path, settings: SandboxSettings) -> None:
         self.pool = pool
         self.sessions_root = sessions_root
+        self.state = KernelStateFiles(sessions_root)
         self.settings = settings
         self.live: OrderedDict[str, Kernel] = OrderedDict()
         self._sweeper: asyncio.Task[None] | None = None
@@ -211,13 +211,17 @@ class KernelRegistry:
     async def _end(self, kernel: Kernel, reason: str, detail: str, *, forget_snapshot: bool = False) -> None:
         if self.live.get(kernel.session_id) is kernel:
             del self.live[kernel.session_id]
-        state = self._read_state(kernel.session_id)
-        state["ended"] = {"reason": reason, "detail": detail, "at": time.time()}
-        if forget_snapshot:
-            state.pop("snapshot", None)
-            state["variables"] = [v.to_dict() for v in kernel.variables]
-            self._snapshot_path(kernel.session_id).unlink(missing_ok=True)
-        self._write_state(kernel.session_id, state)
+        variables = [v.to_dict() for v in kernel.variables]
+        mark_ended = _ended(reason, detail)
+
+        def end(state: State) -> bool:
+            if forget_snapshot:
+                state.pop("snapshot", None)
+                state["variables"] = variables
+                self.state.snapshot_path(kernel.session_id).unlink(missing_ok=True)
+            return mark_ended(state)
+
+        await self.state.change(kernel.session_id, end)
         log.info("kernel of session %s ended: %s", kernel.session_id, detail)
         await self.pool.destroy(kernel.sandbox_id, [kernel.started.sandbox])
 
@@ -268,7 +272,7 @@ class KernelRegistry:
         await kernel.lock.acquire()
         self.live[session_id] = kernel
         events: list[Payload] = []
-        state = self._read_state(session_id)
+        state, has_snapshot = await self.state.load(session_id)
         elsewhere = self._state_out_of_date(state, runs)
         if elsewhere:
             state = {}
@@ -280,7 +284,7 @@ class KernelRegistry:
             events.append(KernelEvicted(reason=cast(KernelEndReason, reason), detail=detail, at=at))
         events.append(KernelStarted(sandbox_id=lease.sandbox_id))
         restored = KernelReport()
-        if state.get("snapshot") and self._snapshot_path(session_id).is_file():
+        if state.get("snapshot") and has_snapshot:
             saved = kernel_code.parse_report({"saved": state["snapshot"].get("saved")}).saved
             async with self._state_work:
                 restored = await self.pool.lifecycle.run(self._restore, lease, kernel, saved)
@@ -299,7 +303,7 @@ class KernelRegistry:
         state["ended"] = None
         state["runner"] = self.pool.runner
         state["position"] = runs.position
-        self._write_state(session_id, state)
+        await self.state.save(session_id, state)
         return lease, KernelOpening(kernel, events, text)
 
     def _state_out_of_date(self, state: dict[str, Any], runs: TurnRuns) -> bool:
@@ -312,7 +316,7 @@ class KernelRegistry:
         return runner is None and runs.ran_elsewhere(self.pool.runner)
 
     def _restore(self, lease: Lease, kernel: Kernel, saved: list[str]) -> KernelReport:
-        source = self._snapshot_path(kernel.session_id)
+        source = self.state.snapshot_path(kernel.session_id)
         try:
             lease.files.push(source, kernel_code.SNAPSHOT_REL)
             return kernel_code.restore(kernel.started.sandbox)
@@ -332,9 +336,7 @@ class KernelRegistry:
             if kept is None:
                 if self.live.get(kernel.session_id) is kernel:
                     del self.live[kernel.session_id]
-                state = self._read_state(kernel.session_id)
-                state["ended"] = {"reason": "died", "detail": "its worker ended during the turn", "at": time.time()}
-                self._write_state(kernel.session_id, state)
+                await self.state.change(kernel.session_id, _ended("died", "its worker ended during the turn"))
                 return
             kept.observer.target = None
             kernel.started = kept
@@ -352,7 +354,7 @@ class KernelRegistry:
             log.warning("session %s: the kernel could not list its variables: %s", kernel.session_id, exc)
             return
         kernel.variables = found.variables
-        state = self._read_state(kernel.session_id)
+        state = self.state.read(kernel.session_id)
         state["variables"] = [v.to_dict() for v in found.variables]
         state["modules"] = found.modules
         state["ended"] = None
@@ -360,10 +362,10 @@ class KernelRegistry:
         state["position"] = kernel.position
         if budget:
             state["snapshot"] = self._take_snapshot(kernel, lease, found, budget)
-        self._write_state(kernel.session_id, state)
+        self.state.write(kernel.session_id, state)
 
     def _take_snapshot(self, kernel: Kernel, lease: Lease, found: KernelReport, budget: int) -> dict[str, Any] | None:
-        target = self._snapshot_path(kernel.session_id)
+        target = self.state.snapshot_path(kernel.session_id)
         entry = kernel.workspace.tree.entry(kernel_code.SNAPSHOT_REL)
         try:
             if entry is None:  # not written, or not a regular file: nothing is taken
@@ -394,12 +396,15 @@ class KernelRegistry:
         told its variables are gone. Conflict while a turn runs on it."""
         kernel = self.live.get(session_id)
         if kernel is None:
-            state = self._read_state(session_id)
-            if state.get("snapshot") or state.get("variables"):
+
+            def forget(state: State) -> bool:
+                if not (state.get("snapshot") or state.get("variables")):
+                    return False
                 state.pop("snapshot", None)
-                state["ended"] = {"reason": "restart", "detail": "restarted on request", "at": time.time()}
-                self._write_state(session_id, state)
-                self._snapshot_path(session_id).unlink(missing_ok=True)
+                self.state.snapshot_path(session_id).unlink(missing_ok=True)
+                return _ended("restart", "restarted on request")(state)
+
+            await self.state.change(session_id, forget)
             return
         if kernel.turn_running:
             raise Conflict("a turn is running on this session's kernel; cancel it first", code="kernel_busy")
@@ -423,7 +428,7 @@ class KernelRegistry:
                 pass
 
     def status(self, session_id: str) -> KernelStatus:
-        state = self._read_state(session_id)
+        state = self.state.read(session_id)
         snapshot = state.get("snapshot")
         kernel = self.live.get(session_id)
         if kernel is None:
@@ -457,27 +462,16 @@ class KernelRegistry:
 
     # Storage ----------------------------------------------------------------------------------
 
-    def _directory(self, session_id: str) -> Path:
-        return self.sessions_root / session_id / "kernel"
 
-    def _snapshot_path(self, session_id: str) -> Path:
-        return self._directory(session_id) / SNAPSHOT_FILE
+def _ended(reason: str, detail: str) -> Callable[[State], bool]:
+    """A change of a kernel's state: it ended now, for ``reason``."""
+    at = time.time()
 
-    def _read_state(self, session_id: str) -> dict[str, Any]:
-        with contextlib.suppress(OSError, ValueError):
-            state = json.loads((self._directory(session_id) / STATE_FILE).read_text())
-            if isinstance(state, dict):
-                return state
-        return {}
+    def change(state: State) -> bool:
+        state["ended"] = {"reason": reason, "detail": detail, "at": at}
+        return True
 
-    def _write_state(self, session_id: str, state: dict[str, Any]) -> None:
-        directory = self._directory(session_id)
-        if not directory.parent.is_dir():  # the session was deleted meanwhile
-            return
-        directory.mkdir(exist_ok=True)
-        temp = directory / f".{STATE_FILE}.tmp"
-        temp.write_text(json.dumps(state))
-        temp.replace(directory / STATE_FILE)
+    return change
 
 
 def _ending(ended: Any) -> tuple[str, str, float | None]:
