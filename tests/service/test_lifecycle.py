@@ -16,6 +16,7 @@ from sqlalchemy.exc import OperationalError
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.sandbox import registry
+from fleet_rlm.service import turns
 from fleet_rlm.service.pool import LIFECYCLE_THREADS
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
@@ -184,6 +185,45 @@ async def test_turns_beyond_the_running_limit_wait_queued_and_can_be_cancelled_t
 
         model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='my turn')"))
         await service.cancel_turn(running.id)
+        assert (await service.wait_for_turn(waiting.id)).answer == "my turn"
+    finally:
+        await service.stop()
+
+
+async def test_a_reader_of_a_queued_turn_sees_it_start_at_once_even_when_it_starts_while_the_reader_reads(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queued turn's reader finds nothing stored and waits to be woken; a turn that starts while the
+    reader reads the store must still wake it (not leave it for the next poll)."""
+    monkeypatch.setattr(turns, "STORED_POLL_SECONDS", 600.0)
+    settings = make_settings(max_running_turns=1)
+    service = FleetService(settings, database=Database(str(settings.database_url)))
+    await service.start()
+    try:
+        for name in ("a", "b"):
+            await service.create_session(name=name)
+        model_server.script("root", rlm_step("Slow.", SLOW))
+        running, _ = await service.submit_turn("a", TurnSubmission(message="slow"))
+        await wait_for_output(service, running.id, "started")
+        model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='my turn')"))
+        waiting, _ = await service.submit_turn("b", TurnSubmission(message="waits"))
+        events_after = service.store.events_after
+        raced = False
+
+        async def start_it_meanwhile(turn_id: str, after_seq: int = 0, *, limit: int = 1000) -> list[Event]:
+            nonlocal raced
+            stored = await events_after(turn_id, after_seq, limit=limit)
+            if turn_id == waiting.id and not raced:
+                raced = True
+                await service.cancel_turn(running.id)  # the queued turn starts in its place
+                while service.channels.get(waiting.id) is None:
+                    await asyncio.sleep(0.01)
+            return stored
+
+        monkeypatch.setattr(service.store, "events_after", start_it_meanwhile)
+        stream = await service.events(waiting.id)
+        first = await asyncio.wait_for(anext(aiter(stream)), 30)
+        assert raced and first.type is EventType.TURN_STARTED
         assert (await service.wait_for_turn(waiting.id)).answer == "my turn"
     finally:
         await service.stop()

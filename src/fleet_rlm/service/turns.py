@@ -252,22 +252,23 @@ class TurnOperations(ABC):
                 async for event in channel.follow(last):
                     yield event
                 return
-            stored = await self.store.events_after(turn_id, last, limit=500)
-            for event in stored:
-                yield event
-                last = event.seq
-                if event.terminal:
-                    return
-            if stored:
-                continue
-            # Nothing stored after ``last``: finished (no terminal stored, e.g. legacy), or run
-            # by another process, whose progress we can only poll.
-            turn = await self.store.get_turn(turn_id)
-            if not turn.active and self.channels.get(turn_id) is None:
-                if not await self.store.events_after(turn_id, last, limit=1):
-                    return
-                continue
-            await self.wakeups.wait(turn_id, STORED_POLL_SECONDS)
+            with self.wakeups.watch(turn_id) as watch:
+                stored = await self.store.events_after(turn_id, last, limit=500)
+                for event in stored:
+                    yield event
+                    last = event.seq
+                    if event.terminal:
+                        return
+                if stored:
+                    continue
+                # Nothing stored after ``last``: finished (no terminal stored, e.g. legacy), queued,
+                # or run by another process, whose progress we can only poll.
+                turn = await self.store.get_turn(turn_id)
+                if not turn.active and self.channels.get(turn_id) is None:
+                    if not await self.store.events_after(turn_id, last, limit=1):
+                        return
+                    continue
+                await watch.wait(STORED_POLL_SECONDS)
 
     async def stored_events(self, turn_id: str, *, limit: int) -> list[Event]:
         """The turn's events stored so far, the first ``limit``, without following it; raises NotFound."""
@@ -302,11 +303,12 @@ class TurnOperations(ABC):
             if execution is not None and execution.task is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(execution.task)
-            turn = await self.store.get_turn(turn_id)
-            if not turn.active:
-                return turn
-            if turn_id not in self.executions:  # queued for a worker, or run by another process
-                await self.wakeups.wait(turn_id, STORED_POLL_SECONDS)
+            with self.wakeups.watch(turn_id) as watch:
+                turn = await self.store.get_turn(turn_id)
+                if not turn.active:
+                    return turn
+                if turn_id not in self.executions:  # queued for a worker, or run by another process
+                    await watch.wait(STORED_POLL_SECONDS)
 
     def _cancel_here(self, turn_id: str) -> None:
         """Cancel the turn if this process runs it (a cancel asked of another process)."""
