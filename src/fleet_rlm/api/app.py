@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
+from fleet_rlm import heap
 from fleet_rlm.api import access_log, contract, docs
 from fleet_rlm.api.auth import require_token
 from fleet_rlm.api.body_limits import BodyLimitMiddleware, route_limits
@@ -33,8 +34,17 @@ from fleet_rlm.service.service import FleetService
 API_PREFIX = "/api/v1"
 
 
-def create_app(settings: Settings, service: FleetService | None = None, ui_routes: Sequence[BaseRoute] = ()) -> FastAPI:
+def create_app(
+    settings: Settings,
+    service: FleetService | None = None,
+    ui_routes: Sequence[BaseRoute] = (),
+    *,
+    freeze_start_up: bool = False,
+) -> FastAPI:
     """The app; it starts the service (migrations, reconciliation, sandbox pool) on start-up.
+
+    ``freeze_start_up`` (a server process of its own, not an app inside tests): once started, the
+    process's objects are set aside from the garbage collector (:func:`fleet_rlm.heap.freeze_start_up`).
 
     ``ui_routes`` serve a user interface beside the API, outside ``/api`` and outside its OpenAPI
     document (``fleet serve`` passes the web workbench's, :mod:`fleet_rlm.clients.web`: the API layer
@@ -50,6 +60,8 @@ def create_app(settings: Settings, service: FleetService | None = None, ui_route
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await fleet.start()
+        if freeze_start_up:
+            heap.freeze_start_up()
         try:
             async with mcp.running():
                 yield

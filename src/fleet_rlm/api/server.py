@@ -53,7 +53,7 @@ def serve(
             host,
         )
     uvicorn.run(
-        create_app(settings, ui_routes=ui_routes),
+        create_app(settings, ui_routes=ui_routes, freeze_start_up=True),
         host=host,
         port=port,
         log_level="info",

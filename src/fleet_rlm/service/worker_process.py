@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 
+from fleet_rlm import heap
 from fleet_rlm.config import ConfigError, Settings
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.store import Database
@@ -33,6 +34,7 @@ async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -
         loop.add_signal_handler(signum, stop.set)
     service = FleetService(settings, database=database, runs_turns=True)
     await service.start()
+    heap.freeze_start_up()
     log.info("worker %s runs turns from %s", service.runner, database.display_url)
     try:
         await stop.wait()
