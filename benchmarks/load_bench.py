@@ -1,12 +1,15 @@
 """Load on the durable service: many concurrent sessions, each running one multi-iteration turn.
 
 Run: ``uv run python benchmarks/load_bench.py [--sessions 50] [--iterations 3] [--delay 0.05]
-[--pool 2] [--max-running N] [--database-url URL] [--workers 0,1,2] [--turn-processes 0,2]``.
+[--pool 2] [--max-running N] [--database-url URL] [--workers 0,1,2] [--turn-processes 0,2]
+[--submit separate,streamed]``.
 
 A real ``fleet serve`` process (SQLite under a temporary FLEET_HOME; with ``--database-url``, each
 run on a new empty PostgreSQL database beside the one named, dropped after it) serves a scripted model that answers
 every call after ``--delay`` seconds; each session's turn prints on ``iterations - 1`` iterations
-and submits on the last. All turns are submitted at once and streamed over SSE. Reported:
+and submits on the last. All turns are submitted at once and streamed over SSE: by default each client
+POSTs its turn, then GETs its event stream (``--submit separate``); ``streamed`` POSTs with ``Accept:
+text/event-stream`` and reads the events in that response. Reported:
 
 - turns per second: sessions / (first submission to last terminal event), after one unmeasured
   warm-up turn (a process's first model call pays one-off imports);
@@ -238,36 +241,53 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-async def run_turn(client: httpx.AsyncClient, session_id: str, timing: TurnTiming) -> None:
+STREAM_TIMEOUT = httpx.Timeout(30, read=600)
+SUBMIT_FLOWS = {"separate": "POST, then GET the stream", "streamed": "one POST, Accept: text/event-stream"}
+
+
+async def run_turn(client: httpx.AsyncClient, session_id: str, timing: TurnTiming, submit: str = "separate") -> None:
     timing.submitted = time.time()
-    accepted = await client.post(f"/sessions/{session_id}/turns", json={"message": "count to three"})
+    url, body = f"/sessions/{session_id}/turns", {"message": "count to three"}
+    if submit == "streamed":
+        headers = {"Accept": "text/event-stream"}
+        async with client.stream("POST", url, json=body, headers=headers, timeout=STREAM_TIMEOUT) as stream:
+            stream.raise_for_status()
+            timing.accepted = time.time()
+            await follow(stream, timing)
+        return
+    accepted = await client.post(url, json=body)
     accepted.raise_for_status()
     timing.accepted = time.time()
     turn_id = accepted.json()["id"]
-    async with client.stream("GET", f"/turns/{turn_id}/events", timeout=httpx.Timeout(30, read=600)) as stream:
-        async for frame in aevent_frames(stream):
-            now = time.time()
-            event = frame.json()
-            if not timing.events:
-                timing.first_event = now
-                timing.first_emitted = float(event["ts"])
-            timing.events += 1
-            timing.lags.append(now - float(event["ts"]))
-            timing.lag_types.append(event["type"])
-            if event["type"] == "iteration.started":
-                timing.iterations += 1
-            if event["type"] in ("turn.completed", "turn.failed", "turn.cancelled", "turn.interrupted"):
-                timing.terminal = event["type"]
-                timing.finished = now
-                return
+    async with client.stream("GET", f"/turns/{turn_id}/events", timeout=STREAM_TIMEOUT) as stream:
+        await follow(stream, timing)
 
 
-async def load(base_url: str, sessions: int) -> list[TurnTiming]:
+async def follow(stream: httpx.Response, timing: TurnTiming) -> None:
+    """Read the turn's events to its terminal one, stamping each receipt."""
+    async for frame in aevent_frames(stream):
+        now = time.time()
+        event = frame.json()
+        if not timing.events:
+            timing.first_event = now
+            timing.first_emitted = float(event["ts"])
+        timing.events += 1
+        timing.lags.append(now - float(event["ts"]))
+        timing.lag_types.append(event["type"])
+        if event["type"] == "iteration.started":
+            timing.iterations += 1
+        if event["type"] in ("turn.completed", "turn.failed", "turn.cancelled", "turn.interrupted"):
+            timing.terminal = event["type"]
+            timing.finished = now
+            return
+
+
+async def load(base_url: str, sessions: int, submit: str = "separate") -> list[TurnTiming]:
     limits = httpx.Limits(max_connections=sessions * 2 + 10, max_keepalive_connections=sessions * 2)
     async with httpx.AsyncClient(base_url=base_url + "/api/v1", limits=limits, timeout=60) as client:
         # One turn first, unmeasured: the first model call in a process pays one-off imports and set-up.
         warm_up = await client.post("/sessions", json={"name": "warm-up"})
-        await run_turn(client, warm_up.json()["id"], TurnTiming())
+        await run_turn(client, warm_up.json()["id"], TurnTiming(), submit)
         await asyncio.sleep(1.0)  # the pool refills
         ids = []
         for index in range(sessions):
@@ -275,7 +295,7 @@ async def load(base_url: str, sessions: int) -> list[TurnTiming]:
             created.raise_for_status()
             ids.append(created.json()["id"])
         timings = [TurnTiming() for _ in ids]
-        await asyncio.gather(*(run_turn(client, sid, t) for sid, t in zip(ids, timings, strict=True)))
+        await asyncio.gather(*(run_turn(client, sid, t, submit) for sid, t in zip(ids, timings, strict=True)))
     return timings
 
 
@@ -388,7 +408,16 @@ def main() -> int:
         "--turn-processes",
         help="worker.turn_processes values to compare, e.g. 0,2 (default: the setting's default)",
     )
+    parser.add_argument(
+        "--submit",
+        default="separate",
+        help="client flows to compare, e.g. separate,streamed (repeat them to interleave): "
+        + "; ".join(f"{name}: {words}" for name, words in SUBMIT_FLOWS.items()),
+    )
     args = parser.parse_args()
+    flows = args.submit.split(",")
+    if any(flow not in SUBMIT_FLOWS for flow in flows):
+        parser.error(f"--submit takes {', '.join(SUBMIT_FLOWS)}, separated by commas")
     worker_counts: list[int | None] = [int(part) for part in args.workers.split(",")] if args.workers else [None]
     process_counts: list[int | None] = (
         [int(part) for part in args.turn_processes.split(",")] if args.turn_processes else [None]
@@ -401,16 +430,21 @@ def main() -> int:
         if any(not label or not tree for label, _, tree in pairs):
             parser.error("--code takes LABEL=DIR pairs separated by commas")
         trees = [(label, tree) for label, _, tree in pairs]
-    combinations = [(w, p, t) for t in trees for w in worker_counts for p in process_counts]
+    combinations = [(w, p, t, f) for t in trees for w in worker_counts for p in process_counts for f in flows]
     reports = []
-    for index, (workers, processes, tree) in enumerate(combinations):
+    for index, (workers, processes, tree, flow) in enumerate(combinations):
         name = f"fleet_load_bench_{index}"
         database = fresh_database(args.database_url, name) if args.database_url else None
         try:
-            report = measure(args, workers=workers, turn_processes=processes, database_url=database, code=tree)
+            report = measure(
+                args, workers=workers, turn_processes=processes, database_url=database, code=tree, submit=flow
+            )
         finally:
             if args.database_url:
                 drop_database(args.database_url, name)
+        repeats = sum(1 for earlier in reports if earlier["topology"].split(" #")[0] == report["topology"])
+        if repeats:
+            report["topology"] += f" #{repeats + 1}"
         reports.append(report)
         print(json.dumps(report, indent=2))
     if len(reports) == 1:
@@ -448,6 +482,7 @@ def measure(
     turn_processes: int | None = None,
     database_url: str | None = None,
     code: tuple[str, str] | None = None,
+    submit: str = "separate",
 ) -> dict[str, Any]:
     """One topology under the load: ``workers`` None or 0, the server runs turns; N, N worker processes;
     ``turn_processes``: the processes that run turns run their engines in that many turn processes;
@@ -497,7 +532,7 @@ def measure(
             sampler = MemorySampler(server.pid)
             cpu_before = cpu_by_part(server.pid, model_server.pid)
             sampler.start()
-            timings = asyncio.run(load(base_url, args.sessions))
+            timings = asyncio.run(load(base_url, args.sessions, submit))
             sampler.stop()
             server_peak_kb = sampler.process_peak_kb()
             cpu = {
@@ -525,7 +560,9 @@ def measure(
     report = {
         "topology": (f"{code[0]}: " if code is not None else "")
         + (f"api + {workers} workers" if workers else "fleet serve (turns in the server)")
-        + (f", {turn_processes} turn processes each" if turn_processes is not None else ""),
+        + (f", {turn_processes} turn processes each" if turn_processes is not None else "")
+        + (", one streamed POST" if submit == "streamed" else ""),
+        "client": SUBMIT_FLOWS[submit],
         "sessions": args.sessions,
         "iterations_per_turn": args.iterations,
         "model_delay_s": args.delay,

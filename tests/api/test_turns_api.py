@@ -9,6 +9,7 @@ import threading
 import httpx
 from httpx_sse import ServerSentEvent
 
+from fleet_rlm.api.sse import wants_event_stream
 from fleet_rlm.models.scripted import Reply, ScriptedModelServer, rlm_step
 from fleet_rlm.testing.sse import event_frames, wire
 
@@ -197,3 +198,61 @@ def test_concurrent_submissions_start_exactly_one_turn(api: RunningServer, model
         running = http.get("/sessions/s/turns").json()["items"]
         assert len(running) == 1
         http.post(f"/turns/{running[0]['id']}/cancel")
+
+
+STREAM = {"Accept": "text/event-stream"}
+
+
+def test_a_turn_submitted_with_accept_event_stream_streams_in_the_same_response(
+    api: RunningServer, model_server: ScriptedModelServer
+) -> None:
+    model_server.script("root", rlm_step("Read the sales.", READ), rlm_step("Save them.", SAVE))
+    with api.http() as http:
+        http.post("/sessions", json={"name": "sales"})
+        http.post("/sessions/sales/files", files={"file": ("sales.csv", SALES, "text/csv")})
+        body = {"message": "Revenue by region", "context_paths": ["files/sales.csv"]}
+        with http.stream("POST", "/sessions/sales/turns", json=body, headers=STREAM) as streamed:
+            assert streamed.status_code == 202
+            assert streamed.headers["content-type"].startswith("text/event-stream")
+            location = streamed.headers["location"]
+            frames = read_frames(streamed)
+        turn_id = location.removeprefix("/api/v1/turns/")
+        assert [frame.event for frame in frames][:1] == ["turn.started"] and frames[-1].event == "turn.completed"
+        assert [int(frame.id) for frame in frames] == list(range(1, len(frames) + 1))
+        assert all(frame.json()["turn_id"] == turn_id for frame in frames)
+        with http.stream("GET", f"/turns/{turn_id}/events") as replayed:
+            assert wire(read_frames(replayed)) == wire(frames)
+        stored = http.get(location.removeprefix("/api/v1")).json()
+        assert stored["status"] == "completed" and stored["answer"] == "east: 5, north: 170, south: 200"
+
+
+def test_a_repeated_streamed_submission_replays_the_first_turn_and_errors_stay_json(
+    api: RunningServer, model_server: ScriptedModelServer
+) -> None:
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    with api.http() as http:
+        http.post("/sessions", json={"name": "s"})
+        key = {**STREAM, "Idempotency-Key": "submit-once"}
+        with http.stream("POST", "/sessions/s/turns", json={"message": "slow"}, headers=key) as first:
+            assert first.status_code == 202
+            head = read_frames(first, stop_after=1)  # the connection closes here: the turn runs on
+        with http.stream("POST", "/sessions/s/turns", json={"message": "slow"}, headers=key) as again:
+            assert again.status_code == 200 and again.headers["location"] == first.headers["location"]
+            assert wire(read_frames(again, stop_after=1)) == wire(head)
+        turn_id = first.headers["location"].rsplit("/", 1)[1]
+        assert http.get(f"/turns/{turn_id}").json()["status"] == "running"
+
+        busy = http.post("/sessions/s/turns", json={"message": "meanwhile"}, headers=STREAM)
+        assert busy.status_code == 409 and busy.json()["code"] == "turn_in_progress"
+        missing = http.post("/sessions/nobody/turns", json={"message": "x"}, headers=STREAM)
+        assert missing.status_code == 404 and missing.headers["content-type"] == "application/json"
+        invalid = http.post("/sessions/s/turns", json={"message": ""}, headers=STREAM)
+        assert invalid.status_code == 422 and invalid.json()["code"] == "invalid_request"
+        http.post(f"/turns/{turn_id}/cancel")
+
+
+def test_only_an_accept_that_asks_for_event_stream_gets_one() -> None:
+    asks = ["text/event-stream", "application/json, Text/Event-Stream;q=0.5", "text/event-stream; q=1"]
+    declines = [None, "", "*/*", "text/*", "application/json", "text/event-stream;q=0", "text/event-stream;q=zero"]
+    assert [wants_event_stream(accept) for accept in asks] == [True] * len(asks)
+    assert [wants_event_stream(accept) for accept in declines] == [False] * len(declines)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -19,6 +19,7 @@ from fleet_rlm.api.schemas import MAX_INT32
 from fleet_rlm.protocol.events import Event, EventType
 
 SEPARATOR = "\n"
+EVENT_STREAM = "text/event-stream"
 RETRY_MS = 1000
 CACHE_CONTROL = {"Cache-Control": "no-cache"}
 """sse-starlette sets ``Connection: keep-alive`` and ``X-Accel-Buffering: no`` itself."""
@@ -53,11 +54,38 @@ async def _frames(events: AsyncIterator[Event]) -> AsyncIterator[ServerSentEvent
         yield event_frame(event)
 
 
-def event_stream(events: AsyncIterator[Event], heartbeat_seconds: float) -> EventSourceResponse:
+def event_stream(
+    events: AsyncIterator[Event],
+    heartbeat_seconds: float,
+    *,
+    status_code: int = 200,
+    headers: Mapping[str, str] | None = None,
+) -> EventSourceResponse:
     return EventSourceResponse(
         _frames(events),
-        headers=CACHE_CONTROL,
+        status_code=status_code,
+        headers={**CACHE_CONTROL, **(headers or {})},
         ping=heartbeat_seconds,
         ping_message_factory=heartbeat_frame,
         sep=SEPARATOR,
     )
+
+
+def wants_event_stream(accept: str | None) -> bool:
+    """Whether an ``Accept`` header asks for ``text/event-stream`` (not with ``q=0``); ``*/*`` does not."""
+    for media_range in (accept or "").split(","):
+        media_type, *parameters = (part.strip() for part in media_range.split(";"))
+        if media_type.lower() == EVENT_STREAM and _quality(parameters) > 0:
+            return True
+    return False
+
+
+def _quality(parameters: list[str]) -> float:
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "q":
+            try:
+                return float(value.strip())
+            except ValueError:
+                return 0.0  # a malformed weight asks for nothing
+    return 1.0

@@ -10,7 +10,7 @@ from fleet_rlm.api.deps import Service, Tickets
 from fleet_rlm.api.errors import ErrorBody, Responses
 from fleet_rlm.api.event_schemas import EVENT_STREAM_RESPONSE
 from fleet_rlm.api.schemas import MAX_INT32, StreamTicket, TurnCreate, TurnOut, TurnPage
-from fleet_rlm.api.sse import LAST_EVENT_ID_RULE, event_stream, last_event_seq
+from fleet_rlm.api.sse import LAST_EVENT_ID_RULE, event_stream, last_event_seq, wants_event_stream
 from fleet_rlm.service.turns import TurnSubmission
 
 router = APIRouter(tags=["turns"])
@@ -24,6 +24,8 @@ TURN_LINKS = {
     )
 }
 """OpenAPI links from a submitted turn to what a client does next with it."""
+STREAMED_TURN = EVENT_STREAM_RESPONSE["content"]
+LOCATION = {"Location": {"schema": {"type": "string"}, "description": "The turn: /api/v1/turns/{turn_id}"}}
 SESSION_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such session"}}
 TURN_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such turn"}}
 
@@ -33,8 +35,20 @@ TURN_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such t
     status_code=202,
     response_model=TurnOut,
     responses={
-        202: {"links": TURN_LINKS},
-        200: {"model": TurnOut, "description": "The turn this Idempotency-Key already created", "links": TURN_LINKS},
+        202: {
+            "description": "The turn, queued; with `Accept: text/event-stream`, its events instead, streamed "
+            "from its start to its end as from `GET /turns/{turn_id}/events`",
+            "content": {**STREAMED_TURN},
+            "headers": LOCATION,
+            "links": TURN_LINKS,
+        },
+        200: {
+            "model": TurnOut,
+            "description": "The turn this Idempotency-Key already created (its events, when streamed)",
+            "content": {**STREAMED_TURN},
+            "headers": LOCATION,
+            "links": TURN_LINKS,
+        },
         400: {
             "model": ErrorBody,
             "description": "malformed_json: the body is not valid JSON; invalid_path: a context path is absolute, "
@@ -48,10 +62,13 @@ async def submit_turn(
     session: str,
     body: TurnCreate,
     service: Service,
+    request: Request,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
-) -> TurnOut:
-    """Start a turn; it runs detached from this request. Stream it from ``/turns/{id}/events``."""
+) -> TurnOut | EventSourceResponse:
+    """Start a turn; it runs detached from this request. Stream it from ``/turns/{id}/events``, or
+    ask for ``Accept: text/event-stream`` here to have its events in this response (one request
+    fewer before the first event). Either way a disconnect does not cancel the turn."""
     submission = TurnSubmission(
         message=body.message,
         context_paths=body.context_paths,
@@ -61,9 +78,14 @@ async def submit_turn(
         turn_timeout=body.turn_timeout,
     )
     turn, created = await service.submit_turn(session, submission, idempotency_key=idempotency_key)
-    response.headers["Location"] = f"/api/v1/turns/{turn.id}"
-    if not created:
-        response.status_code = 200
+    location = f"/api/v1/turns/{turn.id}"
+    status = 202 if created else 200
+    if wants_event_stream(request.headers.get("accept")):
+        events = await service.events(turn.id)
+        heartbeat = service.settings.server.sse_heartbeat_seconds
+        return event_stream(events, heartbeat, status_code=status, headers={"Location": location})
+    response.headers["Location"] = location
+    response.status_code = status
     return TurnOut.of(turn)
 
 
