@@ -166,7 +166,9 @@ class TurnExecution:
         if self.cancel_requested:  # asked while its start was stored: no sandbox is taken
             return self._stopped_outcome(), None
         opening: KernelOpening | None = None
-        finished = await self.store.history(plan.session.id, before_position=plan.turn.position)
+        finished: list[TurnRecord] = []
+        if plan.turn.position > 1:  # a session's first turn (many sessions have one) has none to read
+            finished = await self.store.history(plan.session.id, before_position=plan.turn.position)
         if self.kernels is not None:
             runs = TurnRuns(plan.turn.position, tuple((t.position, t.runner) for t in finished if t.runner))
             self.lease, opening = await self.kernels.open(plan.session.id, self.turn_id, runs)
