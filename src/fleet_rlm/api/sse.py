@@ -48,21 +48,22 @@ def heartbeat_frame() -> ServerSentEvent:
     return ServerSentEvent(_compact(beat), event=EventType.HEARTBEAT.value, sep=SEPARATOR)
 
 
-async def _frames(events: AsyncIterator[Event]) -> AsyncIterator[ServerSentEvent]:
+async def _frames(batches: AsyncIterator[list[Event]]) -> AsyncIterator[ServerSentEvent | bytes]:
+    """The retry hint, then each batch of events as one chunk of frames: one write, not one per event."""
     yield ServerSentEvent(retry=RETRY_MS, sep=SEPARATOR)
-    async for event in events:
-        yield event_frame(event)
+    async for batch in batches:
+        yield b"".join(event_frame(event).encode() for event in batch)
 
 
 def event_stream(
-    events: AsyncIterator[Event],
+    batches: AsyncIterator[list[Event]],
     heartbeat_seconds: float,
     *,
     status_code: int = 200,
     headers: Mapping[str, str] | None = None,
 ) -> EventSourceResponse:
     return EventSourceResponse(
-        _frames(events),
+        _frames(batches),
         status_code=status_code,
         headers={**CACHE_CONTROL, **(headers or {})},
         ping=heartbeat_seconds,

@@ -14,6 +14,9 @@ from collections.abc import AsyncIterator
 
 from fleet_rlm.protocol.events import Event, EventSink
 
+FOLLOW_BATCH = 500
+"""The most events a follower is handed at once (a late follower replays a long turn in these)."""
+
 
 class TurnChannel:
     def __init__(self, turn_id: str) -> None:
@@ -46,15 +49,18 @@ class TurnChannel:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def follow(self, after_seq: int = 0) -> AsyncIterator[Event]:
-        """Events with ``seq > after_seq``, replayed then live, ending after the terminal event."""
+    async def follow(self, after_seq: int = 0) -> AsyncIterator[list[Event]]:
+        """Events with ``seq > after_seq``, replayed then live, ending after the terminal event; in
+        batches of what was published since the follower last looked (at most ``FOLLOW_BATCH``), so a
+        stream can send each batch at once."""
         index = 0
         while True:
             while index < len(self.events):
-                event = self.events[index]
-                index += 1
-                if event.seq > after_seq:
-                    yield event
+                chunk = self.events[index : index + FOLLOW_BATCH]
+                index += len(chunk)
+                batch = [event for event in chunk if event.seq > after_seq]
+                if batch:
+                    yield batch
             if self.closed:
                 return
             await self._changed.wait()

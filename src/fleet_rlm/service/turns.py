@@ -11,13 +11,13 @@ import asyncio
 import contextlib
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fleet_rlm.config import Ceilings, Settings
 from fleet_rlm.protocol.events import Event
-from fleet_rlm.service.channel import ChannelRegistry
+from fleet_rlm.service.channel import FOLLOW_BATCH, ChannelRegistry
 from fleet_rlm.service.engines import TurnEngine
 from fleet_rlm.service.execution import TurnExecution, TurnPlan
 from fleet_rlm.service.files import SessionFiles, clean_path
@@ -239,27 +239,33 @@ class TurnOperations(ABC):
     async def events(self, turn_id: str, after_seq: int = 0) -> AsyncIterator[Event]:
         """A turn's events after ``after_seq``: replayed, then live until the terminal event.
         Raises NotFound up front. Keeping a quiet connection alive is the transport's job."""
+        return _one_by_one(await self.event_batches(turn_id, after_seq))
+
+    async def event_batches(self, turn_id: str, after_seq: int = 0) -> AsyncGenerator[list[Event], None]:
+        """:meth:`events` in the batches they come in (published or read together): a stream sends
+        each batch in one write."""
         channel = self.channels.get(turn_id)
         if channel is None:
             await self.store.get_turn(turn_id)
-        return self._events(turn_id, after_seq)
+        return self._event_batches(turn_id, after_seq)
 
-    async def _events(self, turn_id: str, after_seq: int) -> AsyncIterator[Event]:
+    async def _event_batches(self, turn_id: str, after_seq: int) -> AsyncGenerator[list[Event], None]:
         last = after_seq
         while True:
             channel = self.channels.get(turn_id)
             if channel is not None:
-                async for event in channel.follow(last):
-                    yield event
+                async for batch in channel.follow(last):
+                    yield batch
                 return
             with self.wakeups.watch(turn_id) as watch:
-                stored = await self.store.events_after(turn_id, last, limit=500)
-                for event in stored:
-                    yield event
-                    last = event.seq
-                    if event.terminal:
-                        return
+                stored = await self.store.events_after(turn_id, last, limit=FOLLOW_BATCH)
+                ended = next((index for index, event in enumerate(stored) if event.terminal), None)
+                if ended is not None:
+                    yield stored[: ended + 1]
+                    return
                 if stored:
+                    yield stored
+                    last = stored[-1].seq
                     continue
                 # Nothing stored after ``last``: finished (no terminal stored, e.g. legacy), queued,
                 # or run by another process, whose progress we can only poll.
@@ -315,3 +321,10 @@ class TurnOperations(ABC):
         execution = self.executions.get(turn_id)
         if execution is not None:
             execution.cancel()
+
+
+async def _one_by_one(batches: AsyncGenerator[list[Event], None]) -> AsyncIterator[Event]:
+    async with contextlib.aclosing(batches):
+        async for batch in batches:
+            for event in batch:
+                yield event

@@ -81,7 +81,7 @@ async def submit_turn(
     location = f"/api/v1/turns/{turn.id}"
     status = 202 if created else 200
     if wants_event_stream(request.headers.get("accept")):
-        events = await service.events(turn.id)
+        events = await service.event_batches(turn.id)
         heartbeat = service.settings.server.sse_heartbeat_seconds
         return event_stream(events, heartbeat, status_code=status, headers={"Location": location})
     response.headers["Location"] = location
@@ -160,5 +160,5 @@ async def turn_events(
     """Server-sent events: replay from the start (or after ``Last-Event-ID``), then live to the
     terminal event. A disconnect does not cancel the turn."""
     after_seq = last_event_seq(last_event_id) if last_event_id is not None else after
-    events = await service.events(turn_id, after_seq)
+    events = await service.event_batches(turn_id, after_seq)
     return event_stream(events, service.settings.server.sse_heartbeat_seconds)
