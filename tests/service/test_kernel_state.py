@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.processes import pid_alive
 from fleet_rlm.service.kernel_state import KernelStateFiles, State
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
@@ -109,3 +110,50 @@ async def test_a_change_that_says_nothing_changed_writes_nothing_and_a_deleted_s
     await files.save("gone", {"ended": None})
     assert not (tmp_path / "gone").exists()
     assert await files.load("gone") == ({}, False)
+
+
+async def test_a_kernel_whose_state_cannot_be_written_still_ends_and_its_sandbox_goes(
+    service: FleetService, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = await service.create_session(name="s")
+    model_server.script("root", rlm_step("Keep.", "rows = [1]\nSUBMIT(answer='kept')"))
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="keep"))
+    assert (await service.wait_for_turn(turn.id)).status == "completed"
+    await service.kernels.settled(session.id)
+    kernel = service.kernels.live[session.id]
+    pid = kernel.started.sandbox.worker_pid  # type: ignore[attr-defined]
+    assert isinstance(pid, int) and pid_alive(pid)
+
+    def full(self: KernelStateFiles, session_id: str, state: State) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(KernelStateFiles, "write", full)
+    await service.restart_kernel("s")
+    assert session.id not in service.kernels.live
+    deadline = time.monotonic() + 10
+    while pid_alive(pid) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not pid_alive(pid), "the kernel's sandbox outlived it"
+
+
+async def test_a_kernel_that_fails_to_open_is_not_left_holding_the_session(
+    service: FleetService, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await service.create_session(name="s")
+    load = KernelStateFiles.load
+    failures = [OSError(5, "Input/output error")]
+
+    async def flaky(self: KernelStateFiles, session_id: str) -> tuple[State, bool]:
+        if failures:
+            raise failures.pop()
+        return await load(self, session_id)
+
+    monkeypatch.setattr(KernelStateFiles, "load", flaky)
+    model_server.script("root", rlm_step("Fine.", "SUBMIT(answer='fine')"))
+    failed, _ = await service.submit_turn("s", TurnSubmission(message="first"))
+    assert (await service.wait_for_turn(failed.id)).status == "failed"
+    assert service.kernels.live == {}
+    model_server.script("root", rlm_step("Fine.", "SUBMIT(answer='fine')"))
+    retried, _ = await service.submit_turn("s", TurnSubmission(message="again"))
+    done = await asyncio.wait_for(service.wait_for_turn(retried.id), 60)
+    assert done.status == "completed" and done.answer == "fine"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -44,13 +46,17 @@ class KernelStateFiles:
         return {}
 
     def write(self, session_id: str, state: State) -> None:
+        """Replace the state file whole; nothing when the session was deleted (before or meanwhile)."""
         directory = self.directory(session_id)
-        if not directory.parent.is_dir():  # the session was deleted meanwhile
-            return
-        directory.mkdir(exist_ok=True)
-        temp = directory / f".{STATE_FILE}.tmp"
-        temp.write_text(json.dumps(state))
-        temp.replace(directory / STATE_FILE)
+        # Each writer its own temporary file: a snapshot's thread and the loop's may write at once.
+        temp = directory / f".{STATE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            directory.mkdir(exist_ok=True)
+            temp.write_text(json.dumps(state))
+            temp.replace(directory / STATE_FILE)
+        except FileNotFoundError:
+            if directory.parent.is_dir():
+                raise
 
     def _change(self, session_id: str, change: Callable[[State], bool]) -> None:
         state = self.read(session_id)

@@ -209,8 +209,11 @@ class KernelRegistry:
                 await self._end(kernel, "lru", f"more than {self.settings.max_kernels} kernels were live")
 
     async def _end(self, kernel: Kernel, reason: str, detail: str, *, forget_snapshot: bool = False) -> None:
-        if self.live.get(kernel.session_id) is kernel:
-            del self.live[kernel.session_id]
+        """End a live kernel (one already ended, say by a concurrent sweep, is left alone): say why in
+        its state, then tear its sandbox down, even when the state cannot be written."""
+        if self.live.get(kernel.session_id) is not kernel:
+            return
+        del self.live[kernel.session_id]
         variables = [v.to_dict() for v in kernel.variables]
         mark_ended = _ended(reason, detail)
 
@@ -221,9 +224,13 @@ class KernelRegistry:
                 self.state.snapshot_path(kernel.session_id).unlink(missing_ok=True)
             return mark_ended(state)
 
-        await self.state.change(kernel.session_id, end)
-        log.info("kernel of session %s ended: %s", kernel.session_id, detail)
-        await self.pool.destroy(kernel.sandbox_id, [kernel.started.sandbox])
+        try:
+            await self.state.change(kernel.session_id, end)
+        except OSError as exc:
+            log.warning("kernel of session %s: its state could not be written: %s", kernel.session_id, exc)
+        finally:
+            log.info("kernel of session %s ended: %s", kernel.session_id, detail)
+            await self.pool.destroy(kernel.sandbox_id, [kernel.started.sandbox])
 
     # A turn's kernel --------------------------------------------------------------------------
 
@@ -271,6 +278,19 @@ class KernelRegistry:
         )
         await kernel.lock.acquire()
         self.live[session_id] = kernel
+        try:
+            return lease, await self._opening(kernel, lease, runs)
+        except BaseException:  # the turn never gets its lease: the kernel ends here
+            if self.live.get(session_id) is kernel:
+                del self.live[session_id]
+            kernel.lock.release()
+            await self.pool.release(lease)
+            raise
+
+    async def _opening(self, kernel: Kernel, lease: Lease, runs: TurnRuns) -> KernelOpening:
+        """What a fresh kernel's turn is told: the state it restored from the session's snapshot, and
+        what is gone."""
+        session_id = kernel.session_id
         events: list[Payload] = []
         state, has_snapshot = await self.state.load(session_id)
         elsewhere = self._state_out_of_date(state, runs)
@@ -304,7 +324,7 @@ class KernelRegistry:
         state["runner"] = self.pool.runner
         state["position"] = runs.position
         await self.state.save(session_id, state)
-        return lease, KernelOpening(kernel, events, text)
+        return KernelOpening(kernel, events, text)
 
     def _state_out_of_date(self, state: dict[str, Any], runs: TurnRuns) -> bool:
         """The kernel state this data directory holds is older than a turn that ran in another runner;
