@@ -226,33 +226,65 @@ def test_a_turn_submitted_with_accept_event_stream_streams_in_the_same_response(
         assert stored["status"] == "completed" and stored["answer"] == "east: 5, north: 170, south: 200"
 
 
-def test_a_repeated_streamed_submission_replays_the_first_turn_and_errors_stay_json(
+def test_a_retried_streamed_submission_resumes_after_its_last_event_and_errors_stay_json(
     api: RunningServer, model_server: ScriptedModelServer
 ) -> None:
-    model_server.script("root", rlm_step("Slow.", SLOW))
+    pause = "print('started', flush=True)\nimport time\ntime.sleep(1)"
+    model_server.script("root", rlm_step("Pause.", pause), rlm_step("Done.", "SUBMIT(answer='done')"))
     with api.http() as http:
         http.post("/sessions", json={"name": "s"})
         key = {**STREAM, "Idempotency-Key": "submit-once"}
-        with http.stream("POST", "/sessions/s/turns", json={"message": "slow"}, headers=key) as first:
-            assert first.status_code == 202
-            head = read_frames(first, stop_after=1)  # the connection closes here: the turn runs on
-        with http.stream("POST", "/sessions/s/turns", json={"message": "slow"}, headers=key) as again:
+        with http.stream("POST", "/sessions/s/turns", json={"message": "pause"}, headers=key) as first:
+            assert first.status_code == 202 and first.headers["vary"] == "Accept"
+            head: list[ServerSentEvent] = []
+            for frame in event_frames(first):
+                head.append(frame)
+                if frame.event == "output":
+                    break  # the connection closes here: the turn must run on
+        assert head[0].event == "turn.started"
+        resume = {**key, "Last-Event-ID": head[-2].id}
+        with http.stream("POST", "/sessions/s/turns", json={"message": "pause"}, headers=resume) as again:
             assert again.status_code == 200 and again.headers["location"] == first.headers["location"]
-            assert wire(read_frames(again, stop_after=1)) == wire(head)
+            block: list[str] = []
+            for line in again.iter_lines():
+                if not line:
+                    break
+                block.append(line)
+        # No retry hint first (a client reopens a submission's stream by the GET), then the event after it.
+        assert block[:2] == [f"id: {head[-1].id}", "event: output"]
+        assert json.loads(block[2].removeprefix("data: ")) == head[-1].json()
         turn_id = first.headers["location"].rsplit("/", 1)[1]
-        assert http.get(f"/turns/{turn_id}").json()["status"] == "running"
+        with http.stream("GET", f"/turns/{turn_id}/events") as rest:
+            assert read_frames(rest)[-1].event == "turn.completed", "a disconnect cancelled the turn"
 
-        busy = http.post("/sessions/s/turns", json={"message": "meanwhile"}, headers=STREAM)
-        assert busy.status_code == 409 and busy.json()["code"] == "turn_in_progress"
         missing = http.post("/sessions/nobody/turns", json={"message": "x"}, headers=STREAM)
         assert missing.status_code == 404 and missing.headers["content-type"] == "application/json"
         invalid = http.post("/sessions/s/turns", json={"message": ""}, headers=STREAM)
         assert invalid.status_code == 422 and invalid.json()["code"] == "invalid_request"
-        http.post(f"/turns/{turn_id}/cancel")
+        bad_id = http.post("/sessions/s/turns", json={"message": "x"}, headers={**STREAM, "Last-Event-ID": "-1"})
+        assert bad_id.status_code == 400 and bad_id.json()["code"] == "invalid_last_event_id"
+        assert len(http.get("/sessions/s/turns").json()["items"]) == 1, "a refused submission made a turn"
+        as_json = http.post("/sessions/s/turns", json={"message": "x"}, headers={"Accept": "application/json"})
+        assert as_json.status_code == 202 and as_json.headers["vary"] == "Accept"
 
 
 def test_only_an_accept_that_asks_for_event_stream_gets_one() -> None:
-    asks = ["text/event-stream", "application/json, Text/Event-Stream;q=0.5", "text/event-stream; q=1"]
-    declines = [None, "", "*/*", "text/*", "application/json", "text/event-stream;q=0", "text/event-stream;q=zero"]
+    asks = [
+        "text/event-stream",
+        "Text/Event-Stream; q=1",
+        "text/event-stream, */*;q=0.1",
+        "application/json;q=0.5, text/event-stream",
+    ]
+    declines = [
+        None,
+        "",
+        "*/*",
+        "text/*",
+        "application/json",
+        "application/json, text/event-stream",  # a tie is JSON
+        "text/event-stream;q=0.5, application/*",
+        "text/event-stream;q=0",
+        "text/event-stream;q=zero",
+    ]
     assert [wants_event_stream(accept) for accept in asks] == [True] * len(asks)
     assert [wants_event_stream(accept) for accept in declines] == [False] * len(declines)

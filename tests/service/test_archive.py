@@ -134,8 +134,8 @@ def _archive(members: dict[str, bytes]) -> io.BytesIO:
     return out
 
 
-def _manifest() -> bytes:
-    turn = {"position": 1, "message": "m", "status": "completed", "answer": "a"}
+def _manifest(position: int = 1) -> bytes:
+    turn = {"position": position, "message": "m", "status": "completed", "answer": "a"}
     session = {"name": None, "title": "t", "mode": None, "settings": {}}
     return json.dumps({"format": "fleet-session-archive", "version": 1, "session": session, "turns": [turn]}).encode()
 
@@ -165,6 +165,7 @@ async def test_an_archive_out_of_order_or_with_unlisted_data_is_refused(service:
         "first entry": {"events/1.jsonl": _events([1]), "manifest.json": _manifest()},
         "not a turn the manifest lists": {"manifest.json": _manifest(), "events/2.jsonl": _events([1])},
         "not an event": {"manifest.json": _manifest(), "events/1.jsonl": b'{"type": "nonsense"}\n'},
+        "not between 1 and": {"manifest.json": _manifest(position=0)},
     }
     for says, members in cases.items():
         with pytest.raises(Invalid) as refused:

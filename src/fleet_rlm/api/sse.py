@@ -20,6 +20,7 @@ from fleet_rlm.protocol.events import Event, EventType
 
 SEPARATOR = "\n"
 EVENT_STREAM = "text/event-stream"
+JSON_RANGES = frozenset({"application/json", "application/*", "*/*"})
 RETRY_MS = 1000
 CACHE_CONTROL = {"Cache-Control": "no-cache"}
 """sse-starlette sets ``Connection: keep-alive`` and ``X-Accel-Buffering: no`` itself."""
@@ -48,9 +49,10 @@ def heartbeat_frame() -> ServerSentEvent:
     return ServerSentEvent(_compact(beat), event=EventType.HEARTBEAT.value, sep=SEPARATOR)
 
 
-async def _frames(batches: AsyncIterator[list[Event]]) -> AsyncIterator[ServerSentEvent | bytes]:
+async def _frames(batches: AsyncIterator[list[Event]], *, retry: bool = True) -> AsyncIterator[ServerSentEvent | bytes]:
     """The retry hint, then each batch of events as one chunk of frames: one write, not one per event."""
-    yield ServerSentEvent(retry=RETRY_MS, sep=SEPARATOR)
+    if retry:
+        yield ServerSentEvent(retry=RETRY_MS, sep=SEPARATOR)
     async for batch in batches:
         yield b"".join(event_frame(event).encode() for event in batch)
 
@@ -61,9 +63,12 @@ def event_stream(
     *,
     status_code: int = 200,
     headers: Mapping[str, str] | None = None,
+    retry: bool = True,
 ) -> EventSourceResponse:
+    """The stream of a turn's event batches. ``retry``: begin with the reconnection hint, for a stream a
+    client reopens by repeating its request (a GET; not a submission, which it reopens by the GET)."""
     return EventSourceResponse(
-        _frames(batches),
+        _frames(batches, retry=retry),
         status_code=status_code,
         headers={**CACHE_CONTROL, **(headers or {})},
         ping=heartbeat_seconds,
@@ -73,12 +78,17 @@ def event_stream(
 
 
 def wants_event_stream(accept: str | None) -> bool:
-    """Whether an ``Accept`` header asks for ``text/event-stream`` (not with ``q=0``); ``*/*`` does not."""
+    """Whether an ``Accept`` header prefers ``text/event-stream`` to JSON: named with a higher weight
+    than ``application/json``, ``application/*`` and ``*/*``. A tie, or no ``Accept``, is JSON."""
+    stream = json_ = 0.0
     for media_range in (accept or "").split(","):
         media_type, *parameters = (part.strip() for part in media_range.split(";"))
-        if media_type.lower() == EVENT_STREAM and _quality(parameters) > 0:
-            return True
-    return False
+        media_type = media_type.lower()
+        if media_type == EVENT_STREAM:
+            stream = max(stream, _quality(parameters))
+        elif media_type in JSON_RANGES:
+            json_ = max(json_, _quality(parameters))
+    return stream > json_
 
 
 def _quality(parameters: list[str]) -> float:

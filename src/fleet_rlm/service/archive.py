@@ -55,6 +55,8 @@ _EVENTS = re.compile(r"events/(\d{1,9})\.jsonl")
 EVENT_BATCH = 500
 EVENT_BATCH_BYTES = 4 * 1024 * 1024
 MAX_TITLE = 200
+MAX_POSITION = 2**31 - 1
+"""Turn positions are 32-bit integers in the database; a session's first turn is 1."""
 FILE_ORIGINS = ("upload", "artifact", "memory")
 
 
@@ -340,6 +342,8 @@ def _turns(read: _Read) -> tuple[list[TurnRecord], list[tuple[str, Path]]]:
     positions: set[int] = set()
     for raw in read.manifest.get("turns") or []:
         position = int(raw["position"])
+        if not 1 <= position <= MAX_POSITION:
+            raise BadArchive(f"turn position {position} is not between 1 and {MAX_POSITION}")
         if raw.get("status") not in FINAL_STATUSES:
             raise BadArchive(f"turn {position} has status {raw.get('status')!r}, not a finished one")
         if position in positions:

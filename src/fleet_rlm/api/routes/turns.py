@@ -15,7 +15,11 @@ from fleet_rlm.service.turns import TurnSubmission
 
 router = APIRouter(tags=["turns"])
 TURN_LINKS = {
-    name: {"operationId": operation, "parameters": {"turn_id": "$response.body#/id"}}
+    name: {
+        "operationId": operation,
+        "parameters": {"turn_id": "$response.body#/id"},
+        "description": "From the JSON body (a streamed answer names its turn in Location and each event)",
+    }
     for name, operation in (
         ("GetTurn", "get_turn_api_v1_turns__turn_id__get"),
         ("CancelTurn", "cancel_turn_api_v1_turns__turn_id__cancel_post"),
@@ -25,7 +29,10 @@ TURN_LINKS = {
 }
 """OpenAPI links from a submitted turn to what a client does next with it."""
 STREAMED_TURN = EVENT_STREAM_RESPONSE["content"]
-LOCATION = {"Location": {"schema": {"type": "string"}, "description": "The turn: /api/v1/turns/{turn_id}"}}
+SUBMITTED_HEADERS = {
+    "Location": {"schema": {"type": "string"}, "description": "The turn: /api/v1/turns/{turn_id}"},
+    "Vary": {"schema": {"type": "string"}, "description": "Accept: the body is JSON or the event stream by it"},
+}
 SESSION_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such session"}}
 TURN_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such turn"}}
 
@@ -39,20 +46,20 @@ TURN_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such t
             "description": "The turn, queued; with `Accept: text/event-stream`, its events instead, streamed "
             "from its start to its end as from `GET /turns/{turn_id}/events`",
             "content": {**STREAMED_TURN},
-            "headers": LOCATION,
+            "headers": SUBMITTED_HEADERS,
             "links": TURN_LINKS,
         },
         200: {
             "model": TurnOut,
             "description": "The turn this Idempotency-Key already created (its events, when streamed)",
             "content": {**STREAMED_TURN},
-            "headers": LOCATION,
+            "headers": SUBMITTED_HEADERS,
             "links": TURN_LINKS,
         },
         400: {
             "model": ErrorBody,
             "description": "malformed_json: the body is not valid JSON; invalid_path: a context path is absolute, "
-            "has '..' or is otherwise refused",
+            f"has '..' or is otherwise refused; invalid_last_event_id (streamed): {LAST_EVENT_ID_RULE}",
         },
         409: {"model": ErrorBody, "description": "Another turn of the session is queued or running"},
         **SESSION_NOT_FOUND,
@@ -65,10 +72,20 @@ async def submit_turn(
     request: Request,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            description=f"Streamed only: the last event id seen (a retried submission resumes after it): "
+            f"{LAST_EVENT_ID_RULE}",
+            json_schema_extra={"pattern": "^[0-9]{1,10}$"},
+        ),
+    ] = None,
 ) -> TurnOut | EventSourceResponse:
     """Start a turn; it runs detached from this request. Stream it from ``/turns/{id}/events``, or
-    ask for ``Accept: text/event-stream`` here to have its events in this response (one request
-    fewer before the first event). Either way a disconnect does not cancel the turn."""
+    ask for ``Accept: text/event-stream`` (preferred over JSON) to have its events in this response:
+    one request fewer before the first event. Either way a disconnect does not cancel the turn."""
+    streamed = wants_event_stream(request.headers.get("accept"))
+    after_seq = last_event_seq(last_event_id) if streamed and last_event_id is not None else 0
     submission = TurnSubmission(
         message=body.message,
         context_paths=body.context_paths,
@@ -78,13 +95,13 @@ async def submit_turn(
         turn_timeout=body.turn_timeout,
     )
     turn, created = await service.submit_turn(session, submission, idempotency_key=idempotency_key)
-    location = f"/api/v1/turns/{turn.id}"
+    headers = {"Location": f"/api/v1/turns/{turn.id}", "Vary": "Accept"}
     status = 202 if created else 200
-    if wants_event_stream(request.headers.get("accept")):
-        events = await service.event_batches(turn.id)
+    if streamed:
+        events = await service.event_batches(turn.id, after_seq)
         heartbeat = service.settings.server.sse_heartbeat_seconds
-        return event_stream(events, heartbeat, status_code=status, headers={"Location": location})
-    response.headers["Location"] = location
+        return event_stream(events, heartbeat, status_code=status, headers=headers, retry=False)
+    response.headers.update(headers)
     response.status_code = status
     return TurnOut.of(turn)
 
