@@ -65,8 +65,9 @@ def event_stream(
     headers: Mapping[str, str] | None = None,
     retry: bool = True,
 ) -> EventSourceResponse:
-    """The stream of a turn's event batches. ``retry``: begin with the reconnection hint, for a stream a
-    client reopens by repeating its request (a GET; not a submission, which it reopens by the GET)."""
+    """The stream of a turn's event batches. ``retry``: begin with the reconnection hint, which tells an
+    EventSource to reopen the stream by repeating its request: right for the GET, not for a submission
+    (repeating a POST is for the client to decide, with its Idempotency-Key)."""
     return EventSourceResponse(
         _frames(batches, retry=retry),
         status_code=status_code,
