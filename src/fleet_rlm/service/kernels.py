@@ -153,7 +153,6 @@ class KernelRegistry:
 
     def __init__(self, pool: SandboxPool, sessions_root: Path, settings: SandboxSettings) -> None:
         self.pool = pool
-        self.sessions_root = sessions_root
         self.state = KernelStateFiles(sessions_root)
         self.settings = settings
         self.live: OrderedDict[str, Kernel] = OrderedDict()
