@@ -213,7 +213,7 @@ async def test_closing_the_journal_tells_whoever_waits_and_never_hangs(
     monkeypatch.setattr(store, "commit_turns", stuck)
     journal = EventJournal(store)
     first, second = await new_turn(store), await new_turn(store)
-    in_flight = asyncio.ensure_future(journal.start(TurnStart(first, None)))
+    in_flight = asyncio.ensure_future(journal.start(TurnStart(first)))
     await asyncio.sleep(0.05)  # its group commit is running
     queued = asyncio.ensure_future(journal.finish(ending(second, 1, "late")))
     flushing = asyncio.ensure_future(journal.flush(second))
@@ -306,6 +306,8 @@ async def test_turns_starting_together_are_marked_running_in_one_transaction(
         commits.append(len(parts["starts"]))
         return await commit_turns(**parts)
 
+    await store.add_program("v1", "{}", "0" * 64, {})
+    await store.approve_program("v1", incumbent=None)
     turns = [await new_turn(store) for _ in range(3)]
     cancelled = await new_turn(store)
     await store.finish_turn(cancelled, status=TurnStatus.CANCELLED)
@@ -313,13 +315,14 @@ async def test_turns_starting_together_are_marked_running_in_one_transaction(
     journal = EventJournal(store)
     try:
         started = await asyncio.gather(
-            *(journal.start(TurnStart(t, "v1")) for t in turns), journal.start(TurnStart(cancelled, "v1"))
+            *(journal.start(TurnStart(t)) for t in turns), journal.start(TurnStart(cancelled))
         )
     finally:
         await journal.close()
 
     assert commits == [4]
-    assert started == [True, True, True, False]  # a turn no longer queued is not started
+    assert [s is not None for s in started] == [True, True, True, False]  # one no longer queued is not started
+    assert [s.program.version for s in started if s is not None and s.program is not None] == ["v1"] * 3
     for turn in turns:
         record = await store.get_turn(turn)
         assert (record.status, record.program_version) == ("running", "v1") and record.started_at is not None

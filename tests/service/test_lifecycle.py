@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from fleet_rlm.engine.program import FleetTask, ProgramSpec
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.sandbox import registry
@@ -357,7 +358,11 @@ async def test_a_start_stored_by_a_commit_that_failed_on_its_way_back_runs_once_
     service: FleetService, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A dropped connection after COMMIT: the turn is running with its turn.started stored, though the
-    service heard an error; storing the start alone then finds it already done."""
+    service heard an error; storing the start alone then finds it already done, and the turn runs the
+    program it was marked running with."""
+    program = ProgramSpec(version="v1", generate_action=f"{FleetTask.instructions}\n\nSay it in haiku.")
+    await service.store.add_program("v1", program.canonical_bytes().decode(), program.sha256, {})
+    await service.store.approve_program("v1", incumbent=None)
     commit_turns = service.store.commit_turns
     failed: list[int] = []
 
@@ -375,7 +380,8 @@ async def test_a_start_stored_by_a_commit_that_failed_on_its_way_back_runs_once_
     seen = [e async for e in await service.events(turn.id)]
     done = await service.wait_for_turn(turn.id)
     assert failed, "the start's commit never failed"
-    assert (done.status, done.answer) == ("completed", "ok")
+    assert (done.status, done.answer, done.program_version) == ("completed", "ok", "v1")
+    assert "Say it in haiku." in str(model_server.model.requests_for("root")[-1]["messages"])
     assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
     assert [e.type for e in seen].count(EventType.TURN_STARTED) == 1
     stored = await service.store.events_after(turn.id)

@@ -74,20 +74,46 @@ async def test_a_turns_start_stores_its_turn_started_event_only_if_the_turn_star
     await store.finish_turn(gone.id, status="cancelled", events=[event(gone.id, 1, EventType.TURN_CANCELLED)])
     commit = await store.commit_turns(
         starts=[
-            TurnStart(turn.id, "v1", events=[event(turn.id, 1, EventType.TURN_STARTED)]),
-            TurnStart(gone.id, "v1", events=[event(gone.id, 2, EventType.TURN_STARTED)]),
+            TurnStart(turn.id, events=[event(turn.id, 1, EventType.TURN_STARTED)]),
+            TurnStart(gone.id, events=[event(gone.id, 2, EventType.TURN_STARTED)]),
         ]
     )
     assert commit.started == {turn.id}
     assert [(e.seq, e.type) for e in await store.events_after(turn.id)] == [(1, EventType.TURN_STARTED)]
     assert [e.type for e in await store.events_after(gone.id)] == [EventType.TURN_CANCELLED]
     started = await store.get_turn(turn.id)
-    assert started.status == "running" and started.program_version == "v1"
+    assert started.status == "running" and started.program_version == "builtin" and commit.program is None
 
     alone, _ = await store.create_turn(sessions[2].id, "started alone")
     assert await store.mark_running(alone.id, events=[event(alone.id, 1, EventType.TURN_STARTED)])
     assert not await store.mark_running(alone.id, events=[event(alone.id, 2, EventType.TURN_STARTED)])
     assert [e.seq for e in await store.events_after(alone.id)] == [1]
+    assert (await store.get_turn(alone.id)).program_version == "builtin"
+
+
+async def test_a_turn_is_marked_running_with_the_program_serving_in_that_transaction(store: Store) -> None:
+    first, second, third = [await store.create_session() for _ in range(3)]
+    await store.add_program("v1", '{"extract": "be brief"}', "0" * 64, {})
+    await store.approve_program("v1", incumbent=None)
+    grouped, _ = await store.create_turn(first.id, "in a group commit")
+    commit = await store.commit_turns(starts=[TurnStart(grouped.id)])
+    assert commit.program is not None and (commit.program.version, commit.program.content) == (
+        "v1",
+        '{"extract": "be brief"}',
+    )
+    assert (await store.get_turn(grouped.id)).program_version == "v1"
+
+    await store.add_program("v2", "{}", "1" * 64, {})
+    await store.approve_program("v2", incumbent="v1")
+    alone, _ = await store.create_turn(second.id, "alone")
+    assert await store.mark_running(alone.id)
+    assert (await store.get_turn(alone.id)).program_version == "v2"
+
+    await store.retire_active_program()
+    await store.retire_active_program()
+    rolled_back, _ = await store.create_turn(third.id, "after both were rolled back")
+    commit = await store.commit_turns(starts=[TurnStart(rolled_back.id)])
+    assert commit.program is None and (await store.get_turn(rolled_back.id)).program_version == "builtin"
 
 
 async def test_concurrent_turn_requests_create_exactly_one(store: Store) -> None:

@@ -13,6 +13,7 @@ import dspy
 from fleet_rlm.engine.bridge.allowlist import sub_agent_guidance
 from fleet_rlm.engine.honesty import GuardedExtract, LoopGuard
 from fleet_rlm.engine.inputs import Text
+from fleet_rlm.protocol.ids import BUILTIN_PROGRAM_VERSION
 
 
 class FleetTask(dspy.Signature):  # type: ignore[misc]
@@ -33,9 +34,6 @@ class FleetTask(dspy.Signature):  # type: ignore[misc]
         desc="The approved memory, if any, then earlier turns of this conversation, oldest first."
     )
     answer: str = dspy.OutputField(desc="The final answer for the person, in Markdown.")
-
-
-BUILTIN_PROGRAM_VERSION = "builtin"
 
 
 @dataclass(frozen=True)

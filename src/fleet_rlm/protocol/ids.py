@@ -1,4 +1,5 @@
-"""Ids the protocol hands out: ``<prefix>_<16 hex digits>``, the prefix saying what is named."""
+"""Ids the protocol hands out: ``<prefix>_<16 hex digits>``, the prefix saying what is named; and the
+version name of Fleet's built-in program."""
 
 from __future__ import annotations
 
@@ -15,3 +16,7 @@ def new_session_id() -> str:
 def is_session_id(ref: str) -> bool:
     """Whether ``ref`` has the form of a session id (rather than a session name)."""
     return ref.startswith(f"{SESSION_ID_PREFIX}_")
+
+
+BUILTIN_PROGRAM_VERSION = "builtin"
+"""The ``program_version`` of a turn that ran Fleet's built-in program (no approved optimization served)."""

@@ -23,7 +23,8 @@ from fleet_rlm.config import Settings
 from fleet_rlm.engine.identity import code_identity, config_identity, dependency_identity
 from fleet_rlm.engine.lm import build_lm
 from fleet_rlm.engine.modes.flex import FLEX_MODULE
-from fleet_rlm.engine.program import BUILTIN_PROGRAM_VERSION, FleetTask, ProgramSpec
+from fleet_rlm.engine.program import FleetTask, ProgramSpec
+from fleet_rlm.protocol.ids import BUILTIN_PROGRAM_VERSION
 from fleet_rlm.quality.dataset import Split, split_dataset
 from fleet_rlm.quality.evaluation import EvalRow, example_of, score_label
 from fleet_rlm.quality.gate import VALIDATION_PASSES, Condition, Validation, gate

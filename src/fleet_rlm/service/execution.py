@@ -33,6 +33,7 @@ from tenacity import (
 )
 
 from fleet_rlm.config import Settings
+from fleet_rlm.engine.program import ProgramSpec
 from fleet_rlm.engine.turn import Announced, HistoryEntry, TurnOutcome, TurnRequest, turn_limits, turn_started
 from fleet_rlm.protocol.events import Event, EventType, new_id
 from fleet_rlm.protocol.status import TurnStatus
@@ -42,7 +43,7 @@ from fleet_rlm.service.files import UNREVIEWED_ORIGIN, SessionFiles, refresh_wor
 from fleet_rlm.service.kernels import Kernel, KernelOpening, KernelRegistry, TurnRuns
 from fleet_rlm.service.memory import MEMORY_FILE, MemoryBook
 from fleet_rlm.service.pool import Lease, SandboxPool
-from fleet_rlm.service.programs import served_program
+from fleet_rlm.service.programs import program_of_turn, program_or_builtin
 from fleet_rlm.service.replays import capture
 from fleet_rlm.service.storable import make_storable
 from fleet_rlm.service.writer import EventJournal
@@ -160,8 +161,8 @@ class TurnExecution:
         plan = self.plan
         if self.cancel_requested:
             return self._stopped_outcome(), None
-        program = await served_program(self.store)
-        if self.cancel_requested or not await self._mark_running(program.version):
+        program = await self._mark_running()
+        if program is None:
             return self._stopped_outcome(), None
         if self.cancel_requested:  # asked while its start was stored: no sandbox is taken
             return self._stopped_outcome(), None
@@ -238,9 +239,10 @@ class TurnExecution:
         options = self.plan.turn.options
         return {name: options.get(name) for name in ("max_iterations", "max_model_calls", "turn_timeout")}
 
-    async def _mark_running(self, program_version: str | None) -> bool:
+    async def _mark_running(self) -> ProgramSpec | None:
         """queued -> running with the turn's ``turn.started``, in the journal's next group commit (alone,
-        if that commit fails); the event is published once stored, before the turn's sandbox is ready."""
+        if that commit fails); the event is published once stored, before the turn's sandbox is ready.
+        Returns the program the turn runs (the one serving as it was marked), None if it no longer could."""
         plan = self.plan
         payload = turn_started(
             self.pool.backend,
@@ -258,17 +260,20 @@ class TurnExecution:
             parent_span_id=None,
             data=payload.to_data(),
         )
+        program: ProgramSpec | None = None
         try:
-            running = await self.journal.start(TurnStart(self.turn_id, program_version, events=[started]))
+            marked = await self.journal.start(TurnStart(self.turn_id, events=[started]))
+            program = None if marked is None else program_or_builtin(marked.program)
         except Exception:
             log.warning("turn %s: its start was not stored with the others; storing it alone", self.turn_id)
-            running = await self.store.mark_running(self.turn_id, program_version=program_version, events=[started])
+            running = await self.store.mark_running(self.turn_id, events=[started])
             # The group commit may have failed only on its way back, with the start stored.
-            running = running or await self._stored(started)
-        if running:
+            if running or await self._stored(started):
+                program = await program_of_turn(self.store, self.turn_id)
+        if program is not None:
             self._last_seq = started.seq
             self.channel.publish(started)
-        return running
+        return program
 
     async def _stored(self, event: Event) -> bool:
         """Whether ``event`` (this turn's first) is the one stored for the turn."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from fleet_rlm.engine.program import ProgramSpec
+from fleet_rlm.protocol.ids import BUILTIN_PROGRAM_VERSION
 from fleet_rlm.store import ProgramRecord, Store
 
 
@@ -19,7 +20,18 @@ def program_of(record: ProgramRecord) -> ProgramSpec:
     )
 
 
+def program_or_builtin(record: ProgramRecord | None) -> ProgramSpec:
+    return ProgramSpec() if record is None else program_of(record)
+
+
 async def served_program(store: Store) -> ProgramSpec:
     """What the next turn runs."""
-    record = await store.active_program()
-    return ProgramSpec() if record is None else program_of(record)
+    return program_or_builtin(await store.active_program())
+
+
+async def program_of_turn(store: Store, turn_id: str) -> ProgramSpec:
+    """The program a started turn runs: the version stored when it was marked running."""
+    version = (await store.get_turn(turn_id)).program_version
+    if version is None or version == BUILTIN_PROGRAM_VERSION:
+        return ProgramSpec()
+    return program_of(await store.get_program(version))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
 from fleet_rlm.protocol.events import Event
-from fleet_rlm.store import Store, TurnEnd, TurnRecord, TurnStart
+from fleet_rlm.store import ProgramRecord, Store, TurnEnd, TurnRecord, TurnStart
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,15 @@ class _Awaited(Generic[T]):
             self.done.set_result(result)
 
 
+@dataclass(frozen=True)
+class Started:
+    """A turn a group commit marked running, and the program it runs (None: the built-in one)."""
+
+    program: ProgramRecord | None
+
+
 @dataclass
-class _Starting(_Awaited[bool]):
+class _Starting(_Awaited[Started | None]):
     start: TurnStart
 
 
@@ -92,8 +99,8 @@ class EventJournal:
             return
         self._enqueue((event, publish))
 
-    async def start(self, start: TurnStart) -> bool:
-        """Mark a queued turn running in the next group commit; False when it is no longer queued
+    async def start(self, start: TurnStart) -> Started | None:
+        """Mark a queued turn running in the next group commit; None when it is no longer queued
         (cancelled meanwhile). When the commit fails, raises its error (the caller may try alone)."""
         starting = _Starting(start)
         await self._wait(starting)
@@ -183,7 +190,7 @@ class EventJournal:
                 ending.settle(exc)
             return
         for starting in starts:
-            starting.settle(starting.start.turn_id in commit.started)
+            starting.settle(Started(commit.program) if starting.start.turn_id in commit.started else None)
         for end, ending, result in zip(ends, endings, commit.ended, strict=True):
             self._failed.pop(end.turn_id, None)
             ending.settle(result)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet_rlm.protocol.events import new_id
 from fleet_rlm.store.base import StoreBase
@@ -15,6 +16,22 @@ from fleet_rlm.store.records import LabelRecord, ProgramRecord, ReplayRecord
 from fleet_rlm.store.tables import LabelRow, ProgramRow, ReplayRow, utcnow
 
 LABEL_ID_PREFIX = "lbl"
+
+
+def _serving(*columns: Any) -> Select[Any]:
+    """``columns`` of the program that serves (the most recently approved one not rolled back)."""
+    return (
+        select(*columns)
+        .where(ProgramRow.status == "approved")
+        .order_by(ProgramRow.approved_at.desc(), ProgramRow.version.desc())
+        .limit(1)
+    )
+
+
+async def serving_program(session: AsyncSession) -> ProgramRecord | None:
+    """The program that serves, as ``session`` sees it; None: the built-in one."""
+    row = (await session.execute(_serving(ProgramRow))).scalar_one_or_none()
+    return None if row is None else ProgramRecord.of(row)
 
 
 class EvalQueries(StoreBase):
@@ -132,15 +149,8 @@ class EvalQueries(StoreBase):
 
     async def active_program(self) -> ProgramRecord | None:
         """The program that serves: the most recently approved one not rolled back; None: the built-in one."""
-        query = (
-            select(ProgramRow)
-            .where(ProgramRow.status == "approved")
-            .order_by(ProgramRow.approved_at.desc(), ProgramRow.version.desc())
-            .limit(1)
-        )
         async with self.db.read() as session:
-            row = (await session.execute(query)).scalar_one_or_none()
-            return None if row is None else ProgramRecord.of(row)
+            return await serving_program(session)
 
     async def approve_program(self, version: str, *, incumbent: str | None) -> ProgramRecord:
         """Make candidate ``version`` the serving program, if ``incumbent`` (a version, None: the built-in
@@ -151,14 +161,7 @@ class EvalQueries(StoreBase):
                 raise NotFound("program", version)
             if row.status != "candidate":
                 raise Conflict(f"program {version} is {row.status}, not a candidate", code="program_not_candidate")
-            serving = (
-                await session.execute(
-                    select(ProgramRow.version)
-                    .where(ProgramRow.status == "approved")
-                    .order_by(ProgramRow.approved_at.desc(), ProgramRow.version.desc())
-                    .limit(1)
-                )
-            ).scalar_one_or_none()
+            serving = (await session.execute(_serving(ProgramRow.version))).scalar_one_or_none()
             if serving != incumbent:
                 raise Conflict(
                     f"program {serving or 'builtin'} serves now, not {incumbent or 'builtin'} as when {version} was "
@@ -173,15 +176,7 @@ class EvalQueries(StoreBase):
         """Roll back: the serving program is retired, and the one approved before it (or the built-in
         program) serves again."""
         async with self.db.write() as session:
-            row = (
-                await session.execute(
-                    select(ProgramRow)
-                    .where(ProgramRow.status == "approved")
-                    .order_by(ProgramRow.approved_at.desc(), ProgramRow.version.desc())
-                    .limit(1)
-                    .with_for_update()
-                )
-            ).scalar_one_or_none()
+            row = (await session.execute(_serving(ProgramRow).with_for_update())).scalar_one_or_none()
             if row is None:
                 raise Conflict(
                     "the built-in program serves; there is nothing to roll back", code="nothing_to_roll_back"

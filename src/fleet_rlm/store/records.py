@@ -155,11 +155,10 @@ class NewTurn:
 
 @dataclass(frozen=True)
 class TurnStart:
-    """A queued turn about to run, marked ``running`` with the program version it runs; ``events``
-    (its ``turn.started``) are stored with the change, and only if it is made."""
+    """A queued turn about to run, marked ``running`` with the version of the program that serves then;
+    ``events`` (its ``turn.started``) are stored with the change, and only if it is made."""
 
     turn_id: str
-    program_version: str | None = None
     events: Sequence[Event] = ()
 
 
@@ -187,6 +186,8 @@ class TurnCommit:
 
     started: set[str]
     ended: list[TurnRecord | Conflict | NotFound]
+    program: ProgramRecord | None = None
+    """The program the started turns run (read in the same transaction); None: the built-in one."""
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,12 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.exc import StaleDataError
 
 from fleet_rlm.protocol.events import Event, new_id
-from fleet_rlm.protocol.ids import SESSION_ID_PREFIX, is_session_id, new_session_id
+from fleet_rlm.protocol.ids import BUILTIN_PROGRAM_VERSION, SESSION_ID_PREFIX, is_session_id, new_session_id
 from fleet_rlm.protocol.payloads import TurnInterrupted
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, FINAL_STATUSES, TurnStatus
 from fleet_rlm.store.base import event_row
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound, StoreError
-from fleet_rlm.store.evaluation import EvalQueries
+from fleet_rlm.store.evaluation import EvalQueries, serving_program
 from fleet_rlm.store.events import EventQueries
 from fleet_rlm.store.files import FileQueries
 from fleet_rlm.store.leases import LeaseQueries
@@ -36,6 +36,7 @@ from fleet_rlm.store.records import (
     FileRecord,
     MemoryRecord,
     NewTurn,
+    ProgramRecord,
     SessionRecord,
     TurnCommit,
     TurnEnd,
@@ -45,6 +46,11 @@ from fleet_rlm.store.records import (
 )
 from fleet_rlm.store.submissions import Created, create_together
 from fleet_rlm.store.tables import EventRow, SessionRow, TurnRow, utcnow
+
+
+def _version(program: ProgramRecord | None) -> str:
+    return BUILTIN_PROGRAM_VERSION if program is None else program.version
+
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _EDITABLE_SESSION_FIELDS = frozenset({"name", "title", "mode", "settings"})
@@ -255,17 +261,16 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         async with self.db.read() as session:
             return [TurnRecord.of(row) for row in (await session.execute(query)).scalars()]
 
-    async def mark_running(
-        self, turn_id: str, *, program_version: str | None = None, events: Sequence[Event] = ()
-    ) -> bool:
-        """queued -> running, recording the program version it runs, with ``events`` (its
+    async def mark_running(self, turn_id: str, *, events: Sequence[Event] = ()) -> bool:
+        """queued -> running, recording the version of the program that serves, with ``events`` (its
         ``turn.started``); False when the turn is no longer queued (cancelled meanwhile): nothing is
         stored then."""
         async with self.db.write() as session:
+            program = await serving_program(session)
             result = await session.execute(
                 update(TurnRow)
                 .where(TurnRow.id == turn_id, TurnRow.status == TurnStatus.QUEUED)
-                .values(status=TurnStatus.RUNNING, started_at=utcnow(), program_version=program_version)
+                .values(status=TurnStatus.RUNNING, started_at=utcnow(), program_version=_version(program))
             )
             started = bool(result.rowcount)  # type: ignore[attr-defined]
             if started and events:
@@ -322,7 +327,8 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         self, *, starts: Sequence[TurnStart] = (), events: Sequence[Event] = (), ends: Sequence[TurnEnd] = ()
     ) -> TurnCommit:
         """In one transaction (the group commit of the turns a process runs): mark each of ``starts``
-        running (as :meth:`mark_running`, with its events), store ``events`` (of any turns), and end each turn of ``ends``.
+        running (as :meth:`mark_running`, with its events; the program they run is read once for all and
+        returned), store ``events`` (of any turns), and end each turn of ``ends``.
         Each end's result is its turn as ended, or the error that left it alone: ``NotFound``, or
         ``turn_not_active`` when it already ended. Any other error rolls everything back.
 
@@ -340,7 +346,8 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             ids = sorted({s.turn_id for s in starts} | {e.turn_id for e in ends})
             locked = select(TurnRow).where(TurnRow.id.in_(ids)).order_by(TurnRow.id).with_for_update()
             rows = {row.id: row for row in (await session.execute(locked)).scalars()} if ids else {}
-            started = await self._start_turns(session, starts, rows, now)
+            program = await serving_program(session) if starts else None
+            started = await self._start_turns(session, starts, rows, now, _version(program))
             announced = [e for s in starts if s.turn_id in started for e in s.events]
             rows_to_insert.extend(event_row(e) for e in announced)
             for end in ends:
@@ -372,28 +379,31 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
                 await session.execute(update(SessionRow).where(SessionRow.id.in_(sessions)).values(updated_at=now))
             ended = [r.id for r in results if isinstance(r, TurnRecord)]
             await notify(self.db, session, Channel.EVENTS, [*(e.turn_id for e in (*events, *announced)), *ended])
-        return TurnCommit(started=started, ended=results)
+        return TurnCommit(started=started, ended=results, program=program)
 
     async def _start_turns(
-        self, session: AsyncSession, starts: Sequence[TurnStart], rows: dict[str, TurnRow], now: dt.datetime
+        self,
+        session: AsyncSession,
+        starts: Sequence[TurnStart],
+        rows: dict[str, TurnRow],
+        now: dt.datetime,
+        program_version: str,
     ) -> set[str]:
-        """Mark those of ``starts`` still queued (their rows locked) running, one statement per program
-        version; returns their ids."""
-        by_version: dict[str | None, list[str]] = {}
-        for start in starts:
-            row = rows.get(start.turn_id)
-            if row is not None and row.status == TurnStatus.QUEUED:
-                by_version.setdefault(start.program_version, []).append(start.turn_id)
-        for version, ids in by_version.items():
+        """Mark those of ``starts`` still queued (their rows locked) running ``program_version``, in one
+        statement; returns their ids."""
+        ids = [
+            s.turn_id for s in starts if (row := rows.get(s.turn_id)) is not None and row.status == TurnStatus.QUEUED
+        ]
+        if ids:
             await session.execute(
                 update(TurnRow)
                 .where(TurnRow.id.in_(ids))
-                .values(status=TurnStatus.RUNNING, started_at=now, program_version=version)
+                .values(status=TurnStatus.RUNNING, started_at=now, program_version=program_version)
                 .execution_options(synchronize_session=False)
             )
-            for turn_id in ids:  # as stored now, without a second UPDATE at flush
-                set_committed_value(rows[turn_id], "status", TurnStatus.RUNNING)
-        return {turn_id for ids in by_version.values() for turn_id in ids}
+        for turn_id in ids:  # as stored now, without a second UPDATE at flush
+            set_committed_value(rows[turn_id], "status", TurnStatus.RUNNING)
+        return set(ids)
 
     async def interrupt_turns(
         self, should_interrupt: Callable[[TurnRecord], bool], reason: str, *, lease_lapsed: bool = False
