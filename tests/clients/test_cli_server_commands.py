@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from typer.testing import CliRunner
 
+from fleet_rlm.api.client import FleetClient
+from fleet_rlm.clients.cli import remote_run
 from fleet_rlm.clients.cli.app import app
 from fleet_rlm.clients.cli.remote_run import run_remote
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
@@ -133,6 +138,67 @@ def test_run_through_a_server_then_manage_its_sessions(
     assert missing.exit_code == 1 and "no session 'copy'" in missing.output
     table = runner.invoke(app, ["sessions", "ls"])
     assert session["id"] in table.output
+
+
+def recording_clients(monkeypatch: pytest.MonkeyPatch) -> list[httpx.Request]:
+    """Every request ``fleet run --url``'s clients send, in order."""
+    sent: list[httpx.Request] = []
+
+    class RecordingClient(FleetClient):
+        def __init__(self, base_url: str, **kwargs: Any) -> None:
+            super().__init__(base_url, **kwargs)
+            self.http.event_hooks = {"request": [sent.append], "response": []}
+
+    monkeypatch.setattr(remote_run, "FleetClient", RecordingClient)
+    return sent
+
+
+def test_run_through_a_server_submits_and_streams_in_one_request(
+    model_server: ScriptedModelServer,
+    home: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent = recording_clients(monkeypatch)
+    model_server.script("root", rlm_step("Greet.", "print('hello there')\nSUBMIT(answer='hi')"))
+    with server_in_thread(scripted_settings(model_server, home, sandbox_pool_size=0)) as api:
+        code = run_remote(api.base_url, "say hello", files=[], as_json=True, context_paths=[])
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 0
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert events[-1]["type"] == "turn.completed" and events[-1]["data"]["answer"] == "hi"
+    turn_id = events[-1]["turn_id"]
+    submission = next(r for r in sent if r.method == "POST" and r.url.path.endswith("/turns"))
+    assert submission.headers["accept"] == "text/event-stream"
+    on_turns = [(r.method, r.url.path) for r in sent if "/turns" in r.url.path]
+    assert on_turns == [("POST", submission.url.path), ("GET", f"/api/v1/turns/{turn_id}")], "no GET of /events"
+
+
+def test_ctrl_c_cancels_a_streamed_turn_on_the_server(
+    model_server: ScriptedModelServer,
+    home: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent = recording_clients(monkeypatch)
+    model_server.script("root", rlm_step("Slow.", "print('started', flush=True)\nimport time\ntime.sleep(30)"))
+    default = signal.getsignal(signal.SIGINT)
+
+    def press_ctrl_c_once_handled() -> None:
+        deadline = time.monotonic() + 60
+        while signal.getsignal(signal.SIGINT) is default and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if signal.getsignal(signal.SIGINT) is not default:  # never a real Ctrl-C to pytest itself
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with server_in_thread(scripted_settings(model_server, home, sandbox_pool_size=0)) as api:
+        threading.Thread(target=press_ctrl_c_once_handled, daemon=True).start()
+        code = run_remote(api.base_url, "slow", files=[], as_json=True, context_paths=[])
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 130 and events[-1]["type"] == "turn.cancelled"
+    assert [r.url.path for r in sent if r.url.path.endswith("/cancel")] == [
+        f"/api/v1/turns/{events[-1]['turn_id']}/cancel"
+    ]
 
 
 def test_worker_and_serve_without_workers_refuse_sqlite_saying_what_they_need(tmp_path: Path) -> None:

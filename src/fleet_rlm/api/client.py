@@ -1,22 +1,31 @@
-"""A small synchronous Python client of the HTTP API (used by ``fleet run --url`` and ``fleet sessions --url``).
+"""A small synchronous Python client of the HTTP API (used by ``fleet run --url``, ``fleet chat`` and
+``fleet sessions --url``).
 
-:meth:`FleetClient.follow` streams a turn's events and, if the connection drops, reconnects with
-``Last-Event-ID`` so no event is missed or repeated (SSE parsing by httpx-sse, retries by tenacity).
+:meth:`FleetClient.stream_turn` submits a turn and streams its events in the same request
+(``Accept: text/event-stream``); :meth:`FleetClient.follow` streams the events of a turn already
+submitted. Either way, if the connection drops, the client reconnects to ``GET /turns/{id}/events``
+with ``Last-Event-ID`` so no event is missed or repeated (SSE parsing by httpx-sse, retries by tenacity).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import urlsplit
 
 import httpx
-from httpx_sse import connect_sse
+from httpx_sse import EventSource, connect_sse
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from fleet_rlm.protocol.events import Event, EventType
 
 API_PREFIX = "/api/v1"
+EVENT_STREAM = "text/event-stream"
+STREAM_TIMEOUT = httpx.Timeout(10.0, read=60.0)
+"""Reading a stream: heartbeats come at least every 15 s, so 60 s without a byte is a dead connection."""
+_TURN_LOCATION = re.compile(rf".*{re.escape(API_PREFIX)}/turns/([^/]+)")
 
 
 class ApiFailure(RuntimeError):
@@ -40,11 +49,54 @@ def _check(response: httpx.Response) -> httpx.Response:
     raise ApiFailure(response.status_code, code, message)
 
 
+def _check_stream(response: httpx.Response) -> httpx.Response:
+    """``_check`` for a streamed response: an error's JSON body is read first."""
+    if not response.is_success:
+        response.read()
+        _check(response)
+    return response
+
+
+def _is_event_stream(response: httpx.Response) -> bool:
+    media_type = str(response.headers.get("content-type", "")).partition(";")[0]
+    return media_type.strip().lower() == EVENT_STREAM
+
+
 class StreamEnded(ApiFailure):
     """The event stream closed before the turn's terminal event (the server may be restarting)."""
 
     def __init__(self, turn_id: str) -> None:
         super().__init__(0, "stream_ended", f"the event stream of turn {turn_id} ended before the turn did")
+
+
+class UnusableLocation(ApiFailure):
+    """The server accepted a turn but its ``Location`` header names no turn, so the client cannot follow it."""
+
+    def __init__(self, status: int, location: str | None) -> None:
+        shown = "none" if location is None else repr(location[:200])
+        expected = f"{API_PREFIX}/turns/{{id}}"
+        message = f"the answer to the turn submission has no usable Location header (expected {expected}, got {shown})"
+        super().__init__(status, "unusable_location", message)
+
+
+def _turn_id_from_location(response: httpx.Response) -> str:
+    """The turn a submission's ``Location`` names (``/api/v1/turns/{turn_id}``)."""
+    location = response.headers.get("location")
+    found = _TURN_LOCATION.fullmatch(urlsplit(location).path) if location else None
+    if found is None:
+        raise UnusableLocation(response.status_code, location)
+    return found[1]
+
+
+def _read_events(source: EventSource) -> Generator[Event, None, None]:
+    """The events of one SSE connection, to the terminal one; the retry hint and heartbeats are skipped."""
+    for frame in source.iter_sse():
+        if not frame.data or frame.event == EventType.HEARTBEAT.value:
+            continue
+        event = Event.from_dict(frame.json())
+        yield event
+        if event.terminal:
+            return
 
 
 RECONNECT_WAIT = wait_incrementing(start=0.2, increment=0.2, max=2.0)
@@ -63,13 +115,16 @@ def reconnecting(retries: int = 20) -> Retrying:
 
 
 class _EventCursor:
-    """A turn's events across connections: each new connection resumes after the last seq seen."""
+    """A turn's events across connections: each new connection resumes after the last seq seen.
+    ``opened``: a connection already streaming them (a streamed submission's), read first."""
 
-    def __init__(self, client: FleetClient, turn_id: str, after: int) -> None:
+    def __init__(
+        self, client: FleetClient, turn_id: str, after: int, opened: Generator[Event, None, None] | None = None
+    ) -> None:
         self.client = client
         self.turn_id = turn_id
         self.last = after
-        self._stream: Generator[Event, None, None] | None = None
+        self._stream = opened
 
     def next_event(self) -> Event:
         try:
@@ -89,6 +144,64 @@ class _EventCursor:
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.close()
+
+
+def _follow(cursor: _EventCursor, retrying: Retrying | None) -> Generator[Event, None, None]:
+    """The cursor's events to the terminal one, each connection attempt under ``retrying``."""
+    policy = retrying or reconnecting()
+    try:
+        while True:
+            event = policy(cursor.next_event)
+            yield event
+            if event.terminal:
+                return
+    finally:
+        cursor.close()
+
+
+def _submission_events(response: httpx.Response) -> Generator[Event, None, None]:
+    """The events of a streamed submission's response, which is closed when they end."""
+    try:
+        yield from _read_events(EventSource(response))
+    finally:
+        response.close()
+
+
+class StreamedTurn:
+    """A turn submitted by :meth:`FleetClient.stream_turn`: its id, known once the response headers
+    arrived (to cancel it), and its events, read from the submission's response and, if that
+    connection drops before the terminal event, from ``GET /turns/{id}/events`` after the last seq seen.
+    Close it (or use it as a context manager) if its events are not read to the end."""
+
+    def __init__(self, client: FleetClient, turn_id: str, response: httpx.Response | None) -> None:
+        """``response``: the submission's, streaming the events; None to read them all by the GET."""
+        self.turn_id = turn_id
+        self._response = response
+        opened = _submission_events(response) if response is not None else None
+        self._cursor = _EventCursor(client, turn_id, 0, opened)
+
+    def events(self, retrying: Retrying | None = None) -> Iterator[Event]:
+        """Every event of the turn, in order, to the terminal one; reconnects as :meth:`FleetClient.follow`."""
+        return _follow(self._cursor, retrying)
+
+    def __iter__(self) -> Iterator[Event]:
+        return self.events()
+
+    def close(self) -> None:
+        self._cursor.close()
+        if self._response is not None:
+            self._response.close()
+
+    def __enter__(self) -> StreamedTurn:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _turn_body(message: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """A submission's JSON: the message and the fields given (None: the server's default)."""
+    return {"message": message, **{k: v for k, v in fields.items() if v is not None}}
 
 
 class FleetClient:
@@ -197,8 +310,27 @@ class FleetClient:
         self, ref: str, message: str, *, idempotency_key: str | None = None, **fields: Any
     ) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        body = {"message": message, **{k: v for k, v in fields.items() if v is not None}}
-        return dict(self._json("POST", f"/sessions/{ref}/turns", json=body, headers=headers))
+        return dict(self._json("POST", f"/sessions/{ref}/turns", json=_turn_body(message, fields), headers=headers))
+
+    def stream_turn(self, ref: str, message: str, *, idempotency_key: str | None = None, **fields: Any) -> StreamedTurn:
+        """Submit a turn and stream its events in the same response: one request fewer before the
+        first event than :meth:`submit_turn` then :meth:`follow`. Errors raise :class:`ApiFailure`
+        before anything streams."""
+        headers = {"Accept": EVENT_STREAM, **({"Idempotency-Key": idempotency_key} if idempotency_key else {})}
+        body = _turn_body(message, fields)
+        request = self.http.build_request(
+            "POST", f"/sessions/{ref}/turns", json=body, headers=headers, timeout=STREAM_TIMEOUT
+        )
+        response = self.http.send(request, stream=True)
+        try:
+            turn_id = _turn_id_from_location(_check_stream(response))
+        except BaseException:
+            response.close()
+            raise
+        if not _is_event_stream(response):  # a server from before the streamed submission: the turn as JSON
+            response.close()
+            return StreamedTurn(self, turn_id, None)
+        return StreamedTurn(self, turn_id, response)
 
     def turn(self, turn_id: str) -> dict[str, Any]:
         return dict(self._json("GET", f"/turns/{turn_id}"))
@@ -219,31 +351,13 @@ class FleetClient:
         """One connection's worth of events (heartbeats skipped); ends at the terminal event or
         when the connection ends."""
         headers = {"Last-Event-ID": str(after)} if after else {}
-        timeout = httpx.Timeout(10.0, read=60.0)
         url = f"/turns/{turn_id}/events"
-        with connect_sse(self.http, "GET", url, headers=headers, timeout=timeout) as source:
-            if not source.response.is_success:
-                source.response.read()
-                _check(source.response)
-            for frame in source.iter_sse():
-                if not frame.data or frame.event == EventType.HEARTBEAT.value:
-                    continue  # the retry hint and heartbeats
-                event = Event.from_dict(frame.json())
-                yield event
-                if event.terminal:
-                    return
+        with connect_sse(self.http, "GET", url, headers=headers, timeout=STREAM_TIMEOUT) as source:
+            _check_stream(source.response)
+            yield from _read_events(source)
 
     def follow(self, turn_id: str, *, after: int = 0, retrying: Retrying | None = None) -> Iterator[Event]:
         """Every event of the turn after ``after``, in order, to the terminal one, reconnecting
         after drops with ``Last-Event-ID`` (by :func:`reconnecting`, unless ``retrying`` says otherwise;
         each event received starts its count afresh)."""
-        policy = retrying or reconnecting()
-        cursor = _EventCursor(self, turn_id, after)
-        try:
-            while True:
-                event = policy(cursor.next_event)
-                yield event
-                if event.terminal:
-                    return
-        finally:
-            cursor.close()
+        return _follow(_EventCursor(self, turn_id, after), retrying)

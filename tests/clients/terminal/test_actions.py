@@ -6,6 +6,7 @@ import io
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from rich.console import Console
 
@@ -41,6 +42,20 @@ class Chat:
 def chat(api: RunningServer) -> Iterator[Chat]:
     with ChatClient(api.base_url) as client:
         yield Chat(client, "work")
+
+
+def test_a_message_is_submitted_and_streamed_in_one_request(chat: Chat, model_server: ScriptedModelServer) -> None:
+    model_server.script("root", rlm_step("Greet.", "print('hello there')\nSUBMIT(answer='hi')"))
+    sent: list[httpx.Request] = []
+    chat.client.http.event_hooks = {"request": [sent.append], "response": []}
+    lines = chat.run("say hello")
+    assert "hello there" in lines and "hi" in lines
+    turn_requests = [r for r in sent if "/turns" in r.url.path]
+    assert [(r.method, r.url.path) for r in turn_requests] == [
+        ("POST", f"/api/v1/sessions/{chat.state.session_id}/turns")
+    ]
+    assert turn_requests[0].headers["accept"] == "text/event-stream"
+    assert chat.client.turns("work")[-1]["status"] == "completed"
 
 
 def test_child_agents_render_nested_under_their_parent(chat: Chat, model_server: ScriptedModelServer) -> None:

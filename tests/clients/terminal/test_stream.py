@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from rich.console import Console
 
 from fleet_rlm.clients.terminal.client import ChatClient
 from fleet_rlm.clients.terminal.status import StatusLine
-from fleet_rlm.clients.terminal.stream import follow_turn, resilient_events
+from fleet_rlm.clients.terminal.stream import follow_streamed_turn, follow_turn, resilient_events
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
 from fleet_rlm.testing.settings import scripted_settings
@@ -74,6 +76,37 @@ def test_follow_turn_renders_a_dropped_stream_once(proxy: CuttableProxy, model_s
     assert lines.count("Two parts.") == 1
     assert lines.count("print('part one', flush=True)") == 1
     assert proxy.connections >= 2
+
+
+def cut_once_shown(proxy: CuttableProxy, out: io.StringIO, text: str) -> None:
+    """Cut the connection 0.2 s after ``text`` was printed (so some events came before the cut)."""
+    deadline = time.monotonic() + 60
+    while text not in out.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    proxy.cut()
+
+
+def test_a_streamed_submission_cut_midway_renders_once_resuming_by_the_get(
+    proxy: CuttableProxy, model_server: ScriptedModelServer
+) -> None:
+    model_server.script("root", rlm_step("Two parts.", TWO_PARTS))
+    out = io.StringIO()
+    console = Console(file=out, width=100, color_system=None)
+    sent: list[httpx.Request] = []
+    with ChatClient(proxy.url) as client:
+        session = client.create_session()
+        client.http.event_hooks = {"request": [sent.append], "response": []}
+        with client.stream_turn(session["id"], "Two parts") as turn:
+            threading.Thread(target=cut_once_shown, args=(proxy, out, "part one"), daemon=True).start()
+            terminal = follow_streamed_turn(client, console, turn)
+    assert terminal is not None and terminal.type is EventType.TURN_COMPLETED
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert lines.count("part one") == 1 and lines.count("part two") == 1
+    assert lines.count("Two parts.") == 1
+    assert [r.method for r in sent if r.url.path.endswith("/turns")] == ["POST"]
+    resumed = [r for r in sent if r.url.path == f"/api/v1/turns/{turn.turn_id}/events"]
+    assert resumed and int(resumed[0].headers["last-event-id"]) > 0, "the GET resumes after the streamed events"
 
 
 def test_a_server_restart_mid_turn_resumes_the_stream_to_the_interrupted_end(

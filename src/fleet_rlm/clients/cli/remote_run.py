@@ -1,8 +1,10 @@
 """``fleet run --url``: one turn through a Fleet server, streamed like a local ``fleet run``.
 
 Creates a session (or uses ``--session``), uploads the ``--file`` inputs, submits the turn with an
-idempotency key, follows its events (reconnecting with ``Last-Event-ID`` if the connection drops)
-and exits with the same codes as a local ``fleet run`` (clients/cli/exit_codes.py). Ctrl-C asks the server to cancel the turn.
+idempotency key and streams its events in the same request (``Accept: text/event-stream``; if the
+connection drops, it continues with ``GET /turns/{id}/events`` and ``Last-Event-ID``), and exits
+with the same codes as a local ``fleet run`` (clients/cli/exit_codes.py). Ctrl-C asks the server to
+cancel the turn.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from fleet_rlm.api.client import ApiFailure, FleetClient
+from fleet_rlm.api.client import ApiFailure, FleetClient, StreamedTurn
 from fleet_rlm.clients.cli.exit_codes import EXIT_FAILED, exit_code_for
 from fleet_rlm.clients.cli.render import EventRenderer, json_line
 from fleet_rlm.protocol.events import EventType
@@ -49,7 +51,7 @@ def run_remote(
             )
             for path in files:
                 client.upload(session_id, path)
-            turn = client.submit_turn(
+            with client.stream_turn(
                 session_id,
                 task,
                 idempotency_key=uuid.uuid4().hex,
@@ -58,13 +60,13 @@ def run_remote(
                 max_iterations=max_iterations,
                 max_model_calls=max_model_calls,
                 turn_timeout=turn_timeout,
-            )
-            status = _follow(client, str(turn["id"]), renderer, as_json)
-            final = client.turn(str(turn["id"]))
+            ) as turn:
+                status = _follow(client, turn, renderer, as_json)
+            final = client.turn(turn.turn_id)
             if download_to is not None and status is EventType.TURN_COMPLETED:
                 _download(client, session_id, final["artifacts"], download_to, console)
             if not as_json:
-                console.print(f"[dim]session: {session_id}  turn: {turn['id']}[/dim]")
+                console.print(f"[dim]session: {session_id}  turn: {turn.turn_id}[/dim]")
     except ApiFailure as exc:
         print(f"fleet: error: {exc.message}", file=sys.stderr)
         return EXIT_FAILED
@@ -76,16 +78,16 @@ def run_remote(
     return exit_code_for(final_status, unverified=bool(final.get("unverified")), reason=reason)
 
 
-def _follow(client: FleetClient, turn_id: str, renderer: EventRenderer, as_json: bool) -> EventType | None:
+def _follow(client: FleetClient, turn: StreamedTurn, renderer: EventRenderer, as_json: bool) -> EventType | None:
     def cancel(_signum: int, _frame: FrameType | None) -> None:
         # A separate connection: the streaming one is busy in this very thread.
         with contextlib.suppress(ApiFailure), FleetClient(client.base_url, token=client.token) as canceller:
-            canceller.cancel(turn_id)
+            canceller.cancel(turn.turn_id)
 
     previous = signal.signal(signal.SIGINT, cancel)
     try:
         last: EventType | None = None
-        for event in client.follow(turn_id):
+        for event in turn.events():
             if as_json:
                 json_line(event, sys.stdout)
             else:

@@ -22,7 +22,7 @@ from fleet_rlm.clients.cli.render import preview
 from fleet_rlm.clients.terminal.client import ChatClient
 from fleet_rlm.clients.terminal.commands import BUDGET_KEYS, Command, CommandError, help_lines, parse_budget
 from fleet_rlm.clients.terminal.memory import do_memory
-from fleet_rlm.clients.terminal.stream import follow_turn
+from fleet_rlm.clients.terminal.stream import follow_streamed_turn, follow_turn
 from fleet_rlm.clients.terminal.trace import trace_tree
 from fleet_rlm.protocol.ids import is_session_id
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
@@ -107,11 +107,11 @@ def switch_to(state: ChatState, session: dict[str, Any], existed: bool) -> None:
 def send_message(state: ChatState, message: str) -> None:
     if not state.session.get("title"):  # so /sessions says what an unnamed session was about
         state.session = state.client.update_session(state.session_id, title=preview(message, TITLE_CHARS))
-    turn = state.client.submit_turn(
+    with state.client.stream_turn(
         state.session_id, message, idempotency_key=uuid.uuid4().hex, context_paths=state.context_paths
-    )
-    state.context_paths = []
-    follow_turn(state.client, state.console, str(turn["id"]))
+    ) as turn:
+        state.context_paths = []
+        follow_streamed_turn(state.client, state.console, turn)
     state.on_files_changed()
 
 

@@ -1,6 +1,8 @@
 """Following one turn live: events rendered above a status line, reconnects, Ctrl-C.
 
-The stream resumes after the last event seen (``Last-Event-ID``) whenever the connection drops,
+A turn the chat sends streams in the response to its submission; one already running (found when a
+session is reopened) streams from ``GET /turns/{id}/events``. Either way, the stream resumes after
+the last event seen (``GET`` with ``Last-Event-ID``) whenever the connection drops,
 so a server restart or a network blip shows nothing twice and misses nothing. The first Ctrl-C
 asks the server to cancel the turn and keeps following it to its end; a second one quits.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import NoReturn
 
@@ -20,7 +22,7 @@ from rich.live import Live
 from rich.text import Text
 from tenacity import RetryCallState, Retrying, retry_if_exception
 
-from fleet_rlm.api.client import RECONNECT_WAIT, ApiFailure, FleetClient, StreamEnded
+from fleet_rlm.api.client import RECONNECT_WAIT, ApiFailure, FleetClient, StreamedTurn, StreamEnded
 from fleet_rlm.clients.cli.render import EventRenderer
 from fleet_rlm.clients.terminal.status import StatusLine
 from fleet_rlm.protocol.events import Event
@@ -104,6 +106,21 @@ def _worth_retrying(exc: BaseException) -> bool:
 
 def resilient_events(client: FleetClient, turn_id: str, status: StatusLine, after: int = 0) -> Iterator[Event]:
     """Every event after ``after`` to the terminal one, reconnecting from the last seq seen."""
+    return _noting_reconnects(
+        lambda policy: client.follow(turn_id, after=after, retrying=policy), turn_id, status, after
+    )
+
+
+def resilient_stream(turn: StreamedTurn, status: StatusLine) -> Iterator[Event]:
+    """Every event of a streamed submission to the terminal one, reconnecting from the last seq seen."""
+    return _noting_reconnects(turn.events, turn.turn_id, status, 0)
+
+
+def _noting_reconnects(
+    events: Callable[[Retrying], Iterator[Event]], turn_id: str, status: StatusLine, after: int
+) -> Iterator[Event]:
+    """The events ``events`` gives under a policy that keeps reconnecting for :data:`RECONNECT_PATIENCE`,
+    each attempt noted on the status line."""
     last = after
 
     def note_attempt(state: RetryCallState) -> None:
@@ -120,13 +137,25 @@ def resilient_events(client: FleetClient, turn_id: str, status: StatusLine, afte
         before_sleep=note_attempt,
         retry_error_callback=give_up,
     )
-    for event in client.follow(turn_id, after=after, retrying=policy):
+    for event in events(policy):
         last, status.note = event.seq, ""
         yield event
 
 
 def follow_turn(client: FleetClient, console: Console, turn_id: str, after: int = 0) -> Event | None:
-    """Render the turn live to its end; returns its terminal event (None if the stream had none)."""
+    """Render an already submitted turn live to its end; returns its terminal event (None if the
+    stream had none)."""
+    return _render_live(client, console, turn_id, lambda status: resilient_events(client, turn_id, status, after))
+
+
+def follow_streamed_turn(client: FleetClient, console: Console, turn: StreamedTurn) -> Event | None:
+    """:func:`follow_turn` for a turn submitted with its events streamed in the same response."""
+    return _render_live(client, console, turn.turn_id, lambda status: resilient_stream(turn, status))
+
+
+def _render_live(
+    client: FleetClient, console: Console, turn_id: str, events: Callable[[StatusLine], Iterator[Event]]
+) -> Event | None:
     renderer = EventRenderer(console, line_buffered=True)
     status = StatusLine()
     interrupt = CancelOnInterrupt(client, turn_id, status)
@@ -134,7 +163,7 @@ def follow_turn(client: FleetClient, console: Console, turn_id: str, after: int 
     terminal: Event | None = None
     try:
         with Live(Footer(renderer, status), console=console, transient=True, refresh_per_second=4) as live:
-            for event in resilient_events(client, turn_id, status, after):
+            for event in events(status):
                 status.observe(event)
                 renderer.render(event)
                 live.refresh()
