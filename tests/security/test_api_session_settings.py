@@ -70,6 +70,7 @@ def test_a_session_stored_above_a_lowered_maximum_cannot_run_until_changed(fleet
     with http(second) as client:
         message = _refusal(client.post("/sessions/s/turns", json={"message": "x"}))
         assert "this session's setting 'max_iterations'" in message and "10" in message and "PATCH" in message
+        assert client.get("/sessions/s/turns").json()["items"] == []  # refused before anything was queued
         assert client.patch("/sessions/s", json={"settings": {"max_iterations": 10}}).status_code == 200
 
 

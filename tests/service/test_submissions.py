@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from sqlalchemy import event
@@ -29,6 +32,16 @@ def hold_batches(service: FleetService) -> asyncio.Event:
     return release
 
 
+def reading_sessions(reads: list[str]) -> Callable[..., None]:
+    """A ``before_cursor_execute`` listener noting each statement that reads the sessions table."""
+
+    def note(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and re.search(r"\bFROM sessions\b", statement):
+            reads.append(statement)
+
+    return note
+
+
 async def test_a_burst_of_submissions_is_queued_in_a_few_transactions(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
@@ -37,7 +50,10 @@ async def test_a_burst_of_submissions_is_queued_in_a_few_transactions(
     for name in names:
         await service.create_session(name=name)
     commits: list[int] = []
+    session_reads: list[str] = []
     event.listen(service.store.db.write_engine.sync_engine, "commit", lambda _connection: commits.append(1))
+    for engine in {service.store.db.read_engine, service.store.db.write_engine}:
+        event.listen(engine.sync_engine, "before_cursor_execute", reading_sessions(session_reads))
     submitted = [service.submit_turn(name, TurnSubmission(message=f"task of {name}")) for name in names]
     lost = service.submit_turn("no-such-session", TurnSubmission(message="lost"))
 
@@ -48,6 +64,7 @@ async def test_a_burst_of_submissions_is_queued_in_a_few_transactions(
     assert isinstance(missing, NotFound)  # its own answer; the others are queued
     creating_commits = len(commits)
     assert creating_commits < len(names) / 2  # together, not one transaction per submission
+    assert 1 <= len(session_reads) <= creating_commits  # read by each batch: never once per submission
     for answer in turns:
         assert isinstance(answer, tuple)
         done = await service.wait_for_turn(answer[0].id)

@@ -107,6 +107,8 @@ async def test_a_turn_is_left_to_the_runner_keeping_its_sessions_kernel_for_the_
 ) -> None:
     second = await a_second_turn_after(store, "a:1:x", TurnStatus.COMPLETED)
     assert await store.kernel_holder((await store.get_turn(second)).session_id) == "a:1:x"
+    assert await store.kernel_holder("kept") == "a:1:x"  # by the session's name too
+    assert await store.kernel_holder("no-such-session") is None
     assert await store.claim_turn("b:1:x", 10, affinity_seconds=60) is None
     claimed = await store.claim_turn("a:1:x", 10, affinity_seconds=60)
     assert claimed is not None and claimed.id == second

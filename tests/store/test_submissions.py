@@ -8,7 +8,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 
 from fleet_rlm.protocol.status import TurnStatus
-from fleet_rlm.store import Conflict, Invalid, NewTurn, NotFound, Store, TurnRecord
+from fleet_rlm.store import Conflict, Invalid, NewTurn, NotFound, Queued, SessionRecord, Store, TurnRecord
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +62,8 @@ async def test_each_refused_submission_gets_its_own_error_and_the_others_are_que
     assert isinstance(missing, NotFound) and "no-such-session" in str(missing)
     assert isinstance(queued, tuple) and queued[1] is True and queued[0].message == "first of two"
     assert isinstance(second, Conflict) and queued[0].id in str(second)
-    assert isinstance(repeated, tuple) and repeated == (first_keyed_now := await store.get_turn(first_keyed.id), False)
+    first_keyed_now = await store.get_turn(first_keyed.id)
+    assert isinstance(repeated, tuple) and repeated == (first_keyed_now, False, await store.get_session(keyed.id))
     assert first_keyed_now.status is TurnStatus.COMPLETED
     assert isinstance(reused, Invalid) and reused.code == "idempotency_key_reused"
     assert [turn.message for turn in await store.list_turns(free.id)] == ["first of two"]
@@ -95,3 +96,26 @@ async def test_a_batch_that_trips_on_a_constraint_queues_each_alone(store: Store
     assert isinstance(await store.get_turn(fine[0].id), TurnRecord)
     assert isinstance(clash, IntegrityError)  # its own failure, raised to its caller alone: nothing of it stored
     assert [turn.message for turn in await store.list_turns(taken.id)] == ["already there"]
+
+
+async def test_a_submission_its_admission_refuses_gets_that_error_and_queues_nothing(store: Store) -> None:
+    """``admit`` sees the session as the batch's transaction reads it; its refusal is that submission's
+    answer alone, and each queued turn's answer carries its session."""
+    strict = await store.create_session(name="strict", settings={"max_iterations": 50})
+    fine = await store.create_session(name="fine")
+    seen: list[SessionRecord] = []
+
+    def at_most_ten(session: SessionRecord) -> None:
+        seen.append(session)
+        if session.settings.get("max_iterations", 0) > 10:
+            raise Invalid("this session's max_iterations is above 10", code="invalid_settings")
+
+    refused, queued = await store.create_turns(
+        [NewTurn("strict", "too much", admit=at_most_ten), NewTurn("fine", "ok", admit=at_most_ten)]
+    )
+
+    assert isinstance(refused, Invalid) and refused.code == "invalid_settings"
+    assert [s.id for s in seen] == [strict.id, fine.id] and seen[0].settings == {"max_iterations": 50}
+    assert isinstance(queued, Queued) and queued.created and queued.turn.message == "ok"
+    assert queued.session.id == fine.id and queued.session.updated_at >= fine.updated_at
+    assert await store.list_turns(strict.id) == []

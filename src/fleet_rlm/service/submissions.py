@@ -15,13 +15,13 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from fleet_rlm.store import NewTurn, Store, TurnRecord
+from fleet_rlm.store import NewTurn, Queued, Store
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 200
 
-Answer = tuple[TurnRecord, bool] | BaseException
+Answer = Queued | BaseException
 Settle = Callable[[Answer], None]
 
 
@@ -36,8 +36,9 @@ class SubmissionQueue:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
-    async def create(self, new: NewTurn, settle: Settle = lambda _answer: None) -> tuple[TurnRecord, bool]:
-        """Queue ``new`` with whatever else is submitted meanwhile; its turn and whether it is new."""
+    async def create(self, new: NewTurn, settle: Settle = lambda _answer: None) -> Queued:
+        """Queue ``new`` with whatever else is submitted meanwhile; its turn, whether it is new, and its
+        session."""
         item = _Item(new, settle, asyncio.get_running_loop().create_future())
         if self._closed:
             item.deliver(SubmissionsClosed("the service is stopping"))

@@ -30,7 +30,7 @@ from fleet_rlm.service.submissions import SubmissionQueue
 from fleet_rlm.service.wakeups import Wakeups
 from fleet_rlm.service.worker import TurnWorker
 from fleet_rlm.service.writer import EventJournal
-from fleet_rlm.store import Conflict, Invalid, NewTurn, NotFound, SessionRecord, Store, StoreError, TurnRecord
+from fleet_rlm.store import Conflict, Invalid, NewTurn, NotFound, Queued, SessionRecord, Store, StoreError, TurnRecord
 
 if TYPE_CHECKING:
     from fleet_rlm.service.tracing import TurnTracer
@@ -103,27 +103,29 @@ class TurnOperations(ABC):
         if not submission.message.strip():
             raise Invalid("the message is empty", code="invalid_request")
         context_paths = [clean_path(p) for p in submission.context_paths]
-        options = submission.options(self.settings.server.ceilings)
-        session = await self.store.get_session(session_ref)
-        try:  # stored before a ceiling was lowered, say
-            check_session_settings(session.settings, self.settings.server.ceilings)
-        except Invalid as exc:
-            raise Invalid(f"this session's {exc.message}; change it with PATCH", code=exc.code) from exc
+        ceilings = self.settings.server.ceilings
+        options = submission.options(ceilings)
         # Run here at once when this process has room and no other live process keeps the session's
         # kernel; otherwise queued for that process, or whichever has room first.
-        here = self.worker is not None and await self._kernel_here_or_nowhere(session.id) and self.worker.reserve()
+        here = self.worker is not None and await self._kernel_here_or_nowhere(session_ref) and self.worker.reserve()
 
-        def settle(answer: tuple[TurnRecord, bool] | BaseException) -> None:
+        def admit(session: SessionRecord) -> None:
+            try:  # stored before a ceiling was lowered, say
+                check_session_settings(session.settings, ceilings)
+            except Invalid as exc:
+                raise Invalid(f"this session's {exc.message}; change it with PATCH", code=exc.code) from exc
+
+        def settle(answer: Queued | BaseException) -> None:
             """Start a turn claimed here, or give the room back; even if the caller went away."""
             if not here or self.worker is None:
                 return
-            if isinstance(answer, tuple) and answer[1]:
-                self._start_execution(answer[0], session, held=True)
+            if isinstance(answer, Queued) and answer.created:
+                self._start_execution(answer.turn, answer.session, held=True)
             else:
                 self.worker.release()
 
         new = NewTurn(
-            session.id,
+            session_ref,
             submission.message,
             context_paths=context_paths,
             options=options,
@@ -131,13 +133,15 @@ class TurnOperations(ABC):
             runner=self.runner if here else None,
             lease_seconds=self.settings.worker.lease_seconds,
             history=submission.history,
+            admit=admit,
         )
-        return await self.submissions.create(new, settle)
+        queued = await self.submissions.create(new, settle)
+        return queued.turn, queued.created
 
-    async def _kernel_here_or_nowhere(self, session_id: str) -> bool:
+    async def _kernel_here_or_nowhere(self, session_ref: str) -> bool:
         if not self.kernel_affinity_seconds:
             return True
-        holder = await self.store.kernel_holder(session_id)
+        holder = await self.store.kernel_holder(session_ref)
         return holder is None or holder == self.runner or is_dead(holder, self.runner)
 
     async def _run_claimed(self, turn: TurnRecord) -> None:

@@ -21,7 +21,7 @@ from fleet_rlm.store.base import StoreBase
 from fleet_rlm.store.errors import NotFound
 from fleet_rlm.store.notify import Channel, notify
 from fleet_rlm.store.records import TurnRecord
-from fleet_rlm.store.tables import TurnRow, utcnow
+from fleet_rlm.store.tables import SessionRow, TurnRow, utcnow
 
 
 def lease_end(seconds: float) -> dt.datetime:
@@ -77,12 +77,17 @@ class LeaseQueries(StoreBase):
             row.lease_expires_at = lease_end(lease_seconds)
             return TurnRecord.of(row)
 
-    async def kernel_holder(self, session_id: str) -> str | None:
-        """The runner that ran the session's last ended turn, unless that turn ended interrupted (its
-        runner likely keeps the session's kernel); None: no such runner."""
+    async def kernel_holder(self, session_ref: str) -> str | None:
+        """The runner that ran the last ended turn of the session ``session_ref`` (its id or name) names,
+        unless that turn ended interrupted (its runner likely keeps the session's kernel); None: no such
+        runner (or no such session)."""
         query = (
             select(TurnRow.runner, TurnRow.status)
-            .where(TurnRow.session_id == session_id, TurnRow.status.not_in(ACTIVE_STATUSES))
+            .join(SessionRow, SessionRow.id == TurnRow.session_id)
+            .where(
+                or_(SessionRow.id == session_ref, SessionRow.name == session_ref),  # a name is never an id
+                TurnRow.status.not_in(ACTIVE_STATUSES),
+            )
             .order_by(TurnRow.position.desc())
             .limit(1)
         )

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self, cast
+from typing import Any, NamedTuple, Self, cast
 
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.status import TurnStatus
@@ -140,7 +140,11 @@ class FileChanges:
 
 @dataclass(frozen=True)
 class NewTurn:
-    """A turn to queue in a session (by id or name), as :meth:`fleet_rlm.store.Store.create_turn` takes it."""
+    """A turn to queue in a session (by id or name), as :meth:`fleet_rlm.store.Store.create_turn` takes it.
+
+    ``admit``, if given, is called with the session (as read in the transaction that would queue the
+    turn) before anything else is decided for it; a :class:`~fleet_rlm.store.errors.StoreError` it raises
+    refuses the submission, with that error as its answer."""
 
     session_ref: str
     message: str
@@ -151,6 +155,16 @@ class NewTurn:
     lease_seconds: float | None = None
     history: list[tuple[str, str | None]] | None = None
     turn_id: str | None = None
+    admit: Callable[[SessionRecord], None] | None = None
+
+
+class Queued(NamedTuple):
+    """A submission's answer: its turn, whether it is new (False: an earlier submission's, by its
+    idempotency key), and the turn's session as read when it was queued."""
+
+    turn: TurnRecord
+    created: bool
+    session: SessionRecord
 
 
 @dataclass(frozen=True)

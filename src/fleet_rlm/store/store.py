@@ -37,6 +37,7 @@ from fleet_rlm.store.records import (
     MemoryRecord,
     NewTurn,
     ProgramRecord,
+    Queued,
     SessionRecord,
     TurnCommit,
     TurnEnd,
@@ -192,22 +193,23 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
 
         With ``runner`` the turn is claimed by it at once (under a lease of ``lease_seconds``, if given);
         without, it waits for a worker to claim it, and workers are told."""
-        return await self._create_one(
+        queued = await self._create_one(
             NewTurn(
                 session_ref, message, context_paths, options, idempotency_key, runner, lease_seconds, history, turn_id
             )
         )
+        return queued.turn, queued.created
 
     async def create_turns(self, news: Sequence[NewTurn]) -> list[Created]:
         """Queue several turns in one transaction (in order), each answered as :meth:`create_turn` would:
-        its turn and whether it is new, or the error it would raise. If that transaction fails on a
-        constraint (a concurrent writer came between), each is queued alone."""
+        its turn and whether it is new (with its session), or the error it would raise. If that
+        transaction fails on a constraint (a concurrent writer came between), each is queued alone."""
         try:
             return await self._create_together(news)
         except (IntegrityError, StaleDataError):  # a concurrent writer came between (a session deleted, say)
             return [await self._create_alone(new) for new in news]
 
-    async def _create_one(self, new: NewTurn) -> tuple[TurnRecord, bool]:
+    async def _create_one(self, new: NewTurn) -> Queued:
         for attempt in range(2):
             try:
                 (answer,) = await self._create_together([new])

@@ -19,12 +19,12 @@ from fleet_rlm.protocol.events import new_id
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound, StoreError
 from fleet_rlm.store.leases import lease_end
-from fleet_rlm.store.records import NewTurn, TurnRecord
+from fleet_rlm.store.records import NewTurn, Queued, SessionRecord, TurnRecord
 from fleet_rlm.store.tables import SessionRow, TurnRow, utcnow
 
-Created = tuple[TurnRecord, bool] | Exception
-"""A submission's answer: its turn and whether it is new, or the error it raised (a :class:`StoreError`
-when it was refused)."""
+Created = Queued | Exception
+"""A submission's answer: its turn, whether it is new and its session, or the error it raised (a
+:class:`StoreError` when it was refused)."""
 
 
 def new_turn_row(new: NewTurn, session_id: str, position: int) -> TurnRow:
@@ -103,15 +103,21 @@ async def create_together(session: AsyncSession, news: Sequence[NewTurn]) -> tup
     """Queue ``news`` in ``session``'s transaction, in order (a later submission to the same session
     finds the earlier one in progress); returns each one's answer and the rows it added."""
     batch = await _read(session, news)
-    answers: list[StoreError | tuple[TurnRow, bool]] = []
+    answers: list[StoreError | tuple[TurnRow, bool, SessionRow]] = []
     added: list[TurnRow] = []
     for new in news:
         sess = batch.sessions.get(new.session_ref)
         if sess is None:
             answers.append(NotFound("session", new.session_ref))
             continue
+        if new.admit is not None:
+            try:
+                new.admit(SessionRecord.of(sess))
+            except StoreError as refused:
+                answers.append(refused)
+                continue
         if new.idempotency_key is not None and (prior := batch.keyed.get((sess.id, new.idempotency_key))):
-            answers.append(reused_key(new, prior) or (prior, False))
+            answers.append(reused_key(new, prior) or (prior, False, sess))
             continue
         if (active := batch.active.get(sess.id)) is not None:
             answers.append(in_progress(active, new.session_ref))
@@ -125,8 +131,11 @@ async def create_together(session: AsyncSession, news: Sequence[NewTurn]) -> tup
         if new.idempotency_key is not None:
             batch.keyed[(sess.id, new.idempotency_key)] = row
         added.append(row)
-        answers.append((row, True))
+        answers.append((row, True, sess))
     await session.flush()
     return [
-        answer if isinstance(answer, StoreError) else (TurnRecord.of(answer[0]), answer[1]) for answer in answers
+        answer
+        if isinstance(answer, StoreError)
+        else Queued(TurnRecord.of(answer[0]), answer[1], SessionRecord.of(answer[2]))
+        for answer in answers
     ], added
