@@ -21,7 +21,7 @@ from fleet_rlm.service import turns
 from fleet_rlm.service.pool import LIFECYCLE_THREADS
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
-from fleet_rlm.store import Conflict, Database, Store, TurnCommit
+from fleet_rlm.store import Conflict, Database, Store, TurnCommit, TurnRecord
 from fleet_rlm.testing.backends import HeldStartBackend
 
 from .conftest import SettingsFactory
@@ -208,23 +208,22 @@ async def test_a_reader_of_a_queued_turn_sees_it_start_at_once_even_when_it_star
         await wait_for_output(service, running.id, "started")
         model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='my turn')"))
         waiting, _ = await service.submit_turn("b", TurnSubmission(message="waits"))
-        events_after = service.store.events_after
-        raced = False
+        turn_and_events = service.store.turn_and_events
+        reads: list[str] = []
 
-        async def start_it_meanwhile(turn_id: str, after_seq: int = 0, *, limit: int = 1000) -> list[Event]:
-            nonlocal raced
-            stored = await events_after(turn_id, after_seq, limit=limit)
-            if turn_id == waiting.id and not raced:
-                raced = True
+        async def start_it_meanwhile(turn_id: str, after_seq: int, *, limit: int) -> tuple[TurnRecord, list[Event]]:
+            read = await turn_and_events(turn_id, after_seq, limit=limit)
+            reads.append(turn_id)
+            if turn_id == waiting.id and len(reads) == 1:
                 await service.cancel_turn(running.id)  # the queued turn starts in its place
                 while service.channels.get(waiting.id) is None:
                     await asyncio.sleep(0.01)
-            return stored
+            return read
 
-        monkeypatch.setattr(service.store, "events_after", start_it_meanwhile)
+        monkeypatch.setattr(service.store, "turn_and_events", start_it_meanwhile)
         stream = await service.events(waiting.id)
         first = await asyncio.wait_for(anext(aiter(stream)), 30)
-        assert raced and first.type is EventType.TURN_STARTED
+        assert reads == [waiting.id] and first.type is EventType.TURN_STARTED  # one read: the turn with its events
         assert (await service.wait_for_turn(waiting.id)).answer == "my turn"
     finally:
         await service.stop()

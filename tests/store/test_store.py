@@ -157,6 +157,22 @@ async def test_finish_commits_status_events_and_files_together(store: Store) -> 
     assert [(f.path, f.origin, f.turn_id) for f in files] == [("artifacts/out.csv", "artifact", turn.id)]
 
 
+async def test_a_turn_and_its_events_after_a_seq_are_read_together(store: Store) -> None:
+    session = await store.create_session()
+    turn, _ = await store.create_turn(session.id, "go")
+    queued, nothing = await store.turn_and_events(turn.id, 0, limit=10)
+    assert (queued.status, nothing) == ("queued", [])
+    await store.mark_running(turn.id, events=[event(turn.id, 1, EventType.TURN_STARTED)])
+    await store.append_events([event(turn.id, 2), event(turn.id, 3)])
+    running, some = await store.turn_and_events(turn.id, 1, limit=1)
+    assert running.status == "running" and [e.seq for e in some] == [2]
+    await store.finish_turn(turn.id, status="completed", events=[event(turn.id, 4, EventType.TURN_COMPLETED)])
+    ended, rest = await store.turn_and_events(turn.id, 2, limit=10)
+    assert ended.status == "completed" and [(e.seq, e.type) for e in rest] == [(3, "output"), (4, "turn.completed")]
+    with pytest.raises(NotFound):
+        await store.turn_and_events("turn_missing", 0, limit=10)
+
+
 async def test_a_failing_finish_commits_nothing(store: Store) -> None:
     session = await store.create_session()
     turn, _ = await store.create_turn(session.id, "x")

@@ -245,11 +245,13 @@ class TurnOperations(ABC):
         Raises NotFound up front. Keeping a quiet connection alive is the transport's job."""
         return _one_by_one(await self.event_batches(turn_id, after_seq))
 
-    async def event_batches(self, turn_id: str, after_seq: int = 0) -> AsyncGenerator[list[Event], None]:
+    async def event_batches(
+        self, turn_id: str, after_seq: int = 0, *, submitted: bool = False
+    ) -> AsyncGenerator[list[Event], None]:
         """:meth:`events` in the batches they come in (published or read together): a stream sends
-        each batch in one write."""
-        channel = self.channels.get(turn_id)
-        if channel is None:
+        each batch in one write. ``submitted``: the caller has just queued the turn (no need to check
+        that it exists)."""
+        if not submitted and self.channels.get(turn_id) is None:
             await self.store.get_turn(turn_id)
         return self._event_batches(turn_id, after_seq)
 
@@ -262,7 +264,7 @@ class TurnOperations(ABC):
                     yield batch
                 return
             with self.wakeups.watch(turn_id) as watch:
-                stored = await self.store.events_after(turn_id, last, limit=FOLLOW_BATCH)
+                turn, stored = await self.store.turn_and_events(turn_id, last, limit=FOLLOW_BATCH)
                 ended = next((index for index, event in enumerate(stored) if event.terminal), None)
                 if ended is not None:
                     yield stored[: ended + 1]
@@ -271,13 +273,11 @@ class TurnOperations(ABC):
                     yield stored
                     last = stored[-1].seq
                     continue
-                # Nothing stored after ``last``: finished (no terminal stored, e.g. legacy), queued,
-                # or run by another process, whose progress we can only poll.
-                turn = await self.store.get_turn(turn_id)
+                # Nothing stored after ``last``: finished (no terminal stored, e.g. legacy; the turn was
+                # read first, so nothing it stored was missed), queued, or run by another process,
+                # whose progress we can only poll.
                 if not turn.active and self.channels.get(turn_id) is None:
-                    if not await self.store.events_after(turn_id, last, limit=1):
-                        return
-                    continue
+                    return
                 await watch.wait(STORED_POLL_SECONDS)
 
     async def stored_events(self, turn_id: str, *, limit: int) -> list[Event]:

@@ -98,7 +98,7 @@ async def submit_turn(
     headers = {"Location": f"/api/v1/turns/{turn.id}", "Vary": "Accept"}
     status = 202 if created else 200
     if streamed:
-        events = await service.event_batches(turn.id, after_seq)
+        events = await service.event_batches(turn.id, after_seq, submitted=True)
         heartbeat = service.settings.server.sse_heartbeat_seconds
         return event_stream(events, heartbeat, status_code=status, headers=headers, retry=False)
     response.headers.update(headers)
