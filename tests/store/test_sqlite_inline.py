@@ -146,24 +146,3 @@ async def test_a_connections_isolation_level_can_be_changed(embedded: tuple[Stor
     async with store.db.read_engine.connect() as connection:
         autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
         assert (await autocommit.execute(text("SELECT 1"))).scalar() == 1
-
-
-async def test_a_read_or_a_write_answers_without_waiting_for_the_event_loops_queue(
-    embedded: tuple[Store, Path],
-) -> None:
-    """Under load the loop's queue is long: a store call that went through it (to close its session)
-    waited for all of it, twice, holding its connection meanwhile."""
-    store, _ = embedded
-    loop = asyncio.get_running_loop()
-    queued: list[str] = []
-
-    loop.call_soon(queued.append, "before the write returned")
-    session = await store.create_session(name="quick")
-    loop.call_soon(queued.append, "before the read returned")
-    assert (await store.get_session("quick")).id == session.id
-    assert queued == []  # neither call gave the loop a turn
-
-    await asyncio.sleep(0)
-    assert queued == ["before the write returned", "before the read returned"]
-    pool = store.db.read_engine.sync_engine.pool
-    assert pool.checkedout() == 0  # type: ignore[attr-defined]

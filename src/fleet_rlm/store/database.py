@@ -92,33 +92,14 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
-        async with self._closing(self._reads()) as session:
+        async with self._reads() as session:
             yield session
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
         """A session inside one transaction, committed when the block exits without error."""
-        async with self._closing(self._writes()) as session, session.begin():
+        async with self._writes() as session, session.begin():
             yield session
-
-    @asynccontextmanager
-    async def _closing(self, session: AsyncSession) -> AsyncIterator[AsyncSession]:
-        """``session``, closed when the block exits.
-
-        SQLAlchemy's own ``async with session`` closes it in a task of its own, so that a cancelled
-        caller cannot cut the close short; the connection goes back to the pool, and the caller
-        resumes, only after the event loop has run everything queued meanwhile. Under load that was
-        two trips through a long queue for each read or write, and readers held their connections
-        meanwhile, so the pool kept opening new ones. On SQLite closing never waits (statements run
-        inline), so nothing can cut it short and it is awaited in place; PostgreSQL keeps the task."""
-        if not self.is_sqlite:
-            async with session:
-                yield session
-            return
-        try:
-            yield session
-        finally:
-            await session.close()
 
     @property
     def sqlite_file(self) -> Path | None:
