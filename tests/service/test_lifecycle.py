@@ -353,6 +353,45 @@ async def test_a_turn_finishes_while_more_sandboxes_are_stuck_starting_than_the_
         await service.stop()
 
 
+async def test_a_turn_started_alone_whose_program_cannot_be_read_ends_failed_and_frees_its_session(
+    service: FleetService, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group commit fails, the start is stored alone, then reading the program it runs fails (the
+    database blinking): the turn ends failed after its turn.started, not left running with its
+    session refusing every next turn."""
+    program = ProgramSpec(version="v1", generate_action=f"{FleetTask.instructions}\n\nBe brief.")
+    await service.store.add_program("v1", program.canonical_bytes().decode(), program.sha256, {})
+    await service.store.approve_program("v1", incumbent=None)
+    commit_turns, get_program = service.store.commit_turns, service.store.get_program
+    failures: list[str] = []
+
+    async def group_commit_down(**parts: Any) -> TurnCommit:
+        if parts.get("starts") and "commit" not in failures:
+            failures.append("commit")
+            raise OperationalError("BEGIN", {}, ConnectionResetError("connection reset by peer"))
+        return await commit_turns(**parts)
+
+    async def blinking(version: str) -> Any:
+        if "read" not in failures:
+            failures.append("read")
+            raise OperationalError("SELECT", {}, ConnectionResetError("connection reset by peer"))
+        return await get_program(version)
+
+    monkeypatch.setattr(service.store, "commit_turns", group_commit_down)
+    monkeypatch.setattr(service.store, "get_program", blinking)
+    await service.create_session(name="s")
+    turn, _ = await service.submit_turn("s", TurnSubmission(message="go"))
+    done = await asyncio.wait_for(service.wait_for_turn(turn.id), 60)
+    assert failures == ["commit", "read"]
+    assert done.status == "failed" and "connection reset" in (done.error or "")
+    stored = await service.store.events_after(turn.id)
+    assert [(e.seq, e.type) for e in stored] == [(1, EventType.TURN_STARTED), (2, EventType.TURN_FAILED)]
+
+    model_server.script("root", rlm_step("Done.", "SUBMIT(answer='ok')"))
+    after, _ = await service.submit_turn("s", TurnSubmission(message="again"))
+    assert (await asyncio.wait_for(service.wait_for_turn(after.id), 60)).answer == "ok"
+
+
 async def test_a_start_stored_by_a_commit_that_failed_on_its_way_back_runs_once_with_one_turn_started(
     service: FleetService, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

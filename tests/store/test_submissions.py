@@ -3,6 +3,8 @@ it had been submitted alone."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
@@ -119,3 +121,23 @@ async def test_a_submission_its_admission_refuses_gets_that_error_and_queues_not
     assert isinstance(queued, Queued) and queued.created and queued.turn.message == "ok"
     assert queued.session.id == fine.id and queued.session.updated_at >= fine.updated_at
     assert await store.list_turns(strict.id) == []
+
+
+async def test_an_admission_check_that_breaks_fails_its_own_submission_only(store: Store) -> None:
+    broken = await store.create_session(name="broken")
+    fine = await store.create_session(name="fine")
+
+    def breaks_on(name: str) -> Callable[[SessionRecord], None]:
+        def check(session: SessionRecord) -> None:
+            if session.name == name:
+                raise RuntimeError("the check itself failed")
+
+        return check
+
+    failed, queued = await store.create_turns(
+        [NewTurn("broken", "a", admit=breaks_on("broken")), NewTurn("fine", "b", admit=breaks_on("broken"))]
+    )
+
+    assert isinstance(failed, RuntimeError)
+    assert isinstance(queued, Queued) and queued.session.id == fine.id
+    assert await store.list_turns(broken.id) == []

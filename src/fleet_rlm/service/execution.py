@@ -46,7 +46,7 @@ from fleet_rlm.service.pool import Lease, SandboxPool
 from fleet_rlm.service.programs import program_of_turn, program_or_builtin
 from fleet_rlm.service.replays import capture
 from fleet_rlm.service.storable import make_storable
-from fleet_rlm.service.writer import EventJournal
+from fleet_rlm.service.writer import EventJournal, Started
 from fleet_rlm.store import (
     Conflict,
     FileChanges,
@@ -260,20 +260,23 @@ class TurnExecution:
             parent_span_id=None,
             data=payload.to_data(),
         )
-        program: ProgramSpec | None = None
+        marked: Started | None = None
         try:
             marked = await self.journal.start(TurnStart(self.turn_id, events=[started]))
-            program = None if marked is None else program_or_builtin(marked.program)
+            running = marked is not None
         except Exception:
             log.warning("turn %s: its start was not stored with the others; storing it alone", self.turn_id)
             running = await self.store.mark_running(self.turn_id, events=[started])
             # The group commit may have failed only on its way back, with the start stored.
-            if running or await self._stored(started):
-                program = await program_of_turn(self.store, self.turn_id)
-        if program is not None:
-            self._last_seq = started.seq
-            self.channel.publish(started)
-        return program
+            running = running or await self._stored(started)
+        if not running:
+            return None
+        # Stored: whatever fails from here on ends the turn after its turn.started.
+        self._last_seq = started.seq
+        self.channel.publish(started)
+        if marked is not None:
+            return program_or_builtin(marked.program)
+        return await program_of_turn(self.store, self.turn_id)
 
     async def _stored(self, event: Event) -> bool:
         """Whether ``event`` (this turn's first) is the one stored for the turn."""

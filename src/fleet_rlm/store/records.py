@@ -143,8 +143,9 @@ class NewTurn:
     """A turn to queue in a session (by id or name), as :meth:`fleet_rlm.store.Store.create_turn` takes it.
 
     ``admit``, if given, is called with the session (as read in the transaction that would queue the
-    turn) before anything else is decided for it; a :class:`~fleet_rlm.store.errors.StoreError` it raises
-    refuses the submission, with that error as its answer."""
+    turn) before anything else is decided for it; an error it raises (a
+    :class:`~fleet_rlm.store.errors.StoreError` to refuse) is that submission's answer alone, and nothing
+    is queued for it."""
 
     session_ref: str
     message: str

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet_rlm.protocol.events import new_id
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
-from fleet_rlm.store.errors import Conflict, Invalid, NotFound, StoreError
+from fleet_rlm.store.errors import Conflict, Invalid, NotFound
 from fleet_rlm.store.leases import lease_end
 from fleet_rlm.store.records import NewTurn, Queued, SessionRecord, TurnRecord
 from fleet_rlm.store.tables import SessionRow, TurnRow, utcnow
@@ -103,7 +103,7 @@ async def create_together(session: AsyncSession, news: Sequence[NewTurn]) -> tup
     """Queue ``news`` in ``session``'s transaction, in order (a later submission to the same session
     finds the earlier one in progress); returns each one's answer and the rows it added."""
     batch = await _read(session, news)
-    answers: list[StoreError | tuple[TurnRow, bool, SessionRow]] = []
+    answers: list[Exception | tuple[TurnRow, bool, SessionRow]] = []
     added: list[TurnRow] = []
     for new in news:
         sess = batch.sessions.get(new.session_ref)
@@ -113,7 +113,7 @@ async def create_together(session: AsyncSession, news: Sequence[NewTurn]) -> tup
         if new.admit is not None:
             try:
                 new.admit(SessionRecord.of(sess))
-            except StoreError as refused:
+            except Exception as refused:  # a refusal (or a failing check) is its submission's answer alone
                 answers.append(refused)
                 continue
         if new.idempotency_key is not None and (prior := batch.keyed.get((sess.id, new.idempotency_key))):
@@ -135,7 +135,7 @@ async def create_together(session: AsyncSession, news: Sequence[NewTurn]) -> tup
     await session.flush()
     return [
         answer
-        if isinstance(answer, StoreError)
+        if isinstance(answer, Exception)
         else Queued(TurnRecord.of(answer[0]), answer[1], SessionRecord.of(answer[2]))
         for answer in answers
     ], added
