@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from fleet_rlm.models.local import LARGE, SMALL, ModelSpec, RealModelError, RealModelServer, prepare
+from fleet_rlm.models.local.speed import Speed
 
 FIXTURES: dict[str, ModelSpec] = {"small_model": SMALL, "large_model": LARGE}
 
@@ -24,6 +25,7 @@ class TurnRecord:
 
 
 RECORDS: list[TurnRecord] = []
+PACES: list[str] = []
 PREPARE_ERRORS: dict[str, str] = {}
 
 
@@ -45,9 +47,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not RECORDS:
+    if not RECORDS and not PACES:
         return
     terminalreporter.section("real-model turns")
+    for pace in PACES:
+        terminalreporter.write_line(pace)
     for record in RECORDS:
         terminalreporter.write_line(
             f"{record.test}: {record.model} {record.status} in {record.seconds:.1f}s "
@@ -72,6 +76,14 @@ def small_model() -> Iterator[RealModelServer]:
 def large_model() -> Iterator[RealModelServer]:
     """The 1.5B coder model, for true answers."""
     yield from serve(LARGE)
+
+
+@pytest.fixture(scope="session")
+def large_pace(large_model: RealModelServer) -> Speed:
+    """How fast this machine runs the large model, measured once: its tests' deadlines scale with it."""
+    pace = large_model.measure_pace()
+    PACES.append(f"{large_model.spec.alias}'s pace on this machine, measured first: {pace.describe()}")
+    return pace
 
 
 @pytest.fixture

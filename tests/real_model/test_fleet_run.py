@@ -15,6 +15,7 @@ import pytest
 
 from fleet_rlm.engine.numbers import numbers_in
 from fleet_rlm.models.local import RealModelServer
+from fleet_rlm.models.local.speed import Speed
 from fleet_rlm.testing.cli import json_events, run_fleet
 from fleet_rlm.testing.turn_events import event_problems
 
@@ -23,7 +24,10 @@ from .conftest import TurnRecord
 pytestmark = pytest.mark.real_model
 
 DIRECT_TIMEOUT = 120
+# The large model's turns get twice the time their model calls take at the pace measured on this machine
+# (a quiet machine reads ~95 tokens/s and writes ~20, the slowest CI run seen 17 and 6), within these bounds.
 RLM_TIMEOUT = 300
+MAX_RLM_TIMEOUT = 840
 # The small model may ramble for its whole answer instead of writing code: keep its turn short.
 SMALL_RLM_TIMEOUT = 120
 SMALL_MAX_TOKENS = 512
@@ -93,11 +97,19 @@ def test_an_rlm_turn_of_the_small_model_ends_with_a_reason_or_an_answer(
     record_turn.append(record)
 
 
-@pytest.mark.timeout(RLM_TIMEOUT + 60)
+def large_model_deadline(pace: Speed, calls: int, read: int, written: int) -> int:
+    """Seconds for a turn of ``calls`` model calls that read ``read`` new tokens and write ``written`` in all."""
+    seconds = 2 * pace.seconds_for(read, written) + 10 * calls  # and the sandbox's time for each step
+    return round(min(MAX_RLM_TIMEOUT, max(RLM_TIMEOUT, seconds)))
+
+
+@pytest.mark.timeout(MAX_RLM_TIMEOUT + 60)
 def test_an_rlm_answer_of_the_large_model_is_true_or_honestly_not_claimed(
-    large_model: RealModelServer, tmp_path: Path, record_turn: list[TurnRecord]
+    large_model: RealModelServer, large_pace: Speed, tmp_path: Path, record_turn: list[TurnRecord]
 ) -> None:
-    events, record = rlm_csv_turn(large_model, tmp_path, RLM_TIMEOUT)
+    # Four steps and the answer read up to ~5,000 new tokens and write ~600 (the run's summary lists them).
+    deadline = large_model_deadline(large_pace, calls=5, read=5000, written=600)
+    events, record = rlm_csv_turn(large_model, tmp_path, deadline)
     record_turn.append(record)
     assert "code" in {e["type"] for e in events}, record  # the large model follows the format
     last = events[-1]
@@ -109,9 +121,9 @@ def test_an_rlm_answer_of_the_large_model_is_true_or_honestly_not_claimed(
         assert last["type"] in ("turn.completed", "turn.incomplete"), record
 
 
-@pytest.mark.timeout(RLM_TIMEOUT + 60)
+@pytest.mark.timeout(MAX_RLM_TIMEOUT + 60)
 def test_a_task_that_cannot_succeed_ends_incomplete_not_invented(
-    large_model: RealModelServer, tmp_path: Path, record_turn: list[TurnRecord]
+    large_model: RealModelServer, large_pace: Speed, tmp_path: Path, record_turn: list[TurnRecord]
 ) -> None:
     (tmp_path / "sales.csv").write_text("region,revenue\nnorth,10\n")
     task = (
@@ -119,10 +131,11 @@ def test_a_task_that_cannot_succeed_ends_incomplete_not_invented(
         "rows. You must use polars."
     )
     args = [task, "--file", "sales.csv", "--mode", "rlm", "--max-iterations", "6"]
-    # On a slow machine the model writes about 9 tokens/s, three replies in the deadline: the loop guard
-    # is set to stop at the second identical failure so that it can fire within the deadline.
+    # The loop guard is set to stop at the second identical failure, so that it can fire within three
+    # replies; they read ~4,000 new tokens and write ~300.
     guard = {"FLEET_LOOP_GUARD_WARN_AFTER": "1", "FLEET_LOOP_GUARD_STOP_AFTER": "2"}
-    events, record = run_turn(large_model, tmp_path, args, RLM_TIMEOUT, settings=guard)
+    deadline = large_model_deadline(large_pace, calls=3, read=4000, written=300)
+    events, record = run_turn(large_model, tmp_path, args, deadline, settings=guard)
     record_turn.append(record)
     assert any(e["type"] == "execution.failed" for e in events), "polars is not installed: its import must fail"
     last = events[-1]

@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from fleet_rlm.models.local import SMALL, RealModelServer
+from fleet_rlm.models.local.server import PACE_WRITTEN_TOKENS
+from fleet_rlm.models.local.speed import Speed
 from fleet_rlm.processes import pid_alive
 
 pytestmark = pytest.mark.real_model
@@ -50,6 +52,23 @@ def test_the_server_answers_as_fleets_model_and_stops_when_the_block_fails() -> 
     assert wait_gone(pid)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{server.base_url}/models", timeout=2)
+
+
+def test_the_pace_of_the_model_is_measured_from_a_completion_of_its_own(small_model: RealModelServer) -> None:
+    first = small_model.measure_pace()
+    second = small_model.measure_pace()
+    for pace in (first, second):
+        assert pace.calls == 1, pace  # the measure counts its own completion only
+        assert pace.prompt_tokens > 300, pace  # its prompt is read anew, not taken from the prompt cache
+        assert pace.output_tokens >= PACE_WRITTEN_TOKENS - 1, pace  # the first token comes with the prompt
+        assert pace.read_per_second > 0 and pace.written_per_second > 0
+    reading_only = first.seconds_for(read=1000, written=0)
+    assert first.seconds_for(read=1000, written=100) == pytest.approx(reading_only + 100 / first.written_per_second)
+
+
+def test_an_unmeasured_pace_cannot_time_a_call() -> None:
+    with pytest.raises(ValueError, match="pace is unknown"):
+        Speed().seconds_for(read=100, written=10)
 
 
 STARTER = (

@@ -26,6 +26,12 @@ DEFAULT_CONTEXT = 8192
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 10.0
 API_KEY = "local"
+# About 400 prompt tokens no earlier prompt shares (llama.cpp reads only what its cache lacks), and a
+# task that cannot end before the written tokens run out.
+_PACE_PROMPT = "Count from 1 to 1000, the numbers separated by commas, nothing else.\n" + " ".join(
+    f"item{i}" for i in range(130)
+)
+PACE_WRITTEN_TOKENS = 64
 _PR_SET_PDEATHSIG = 1
 
 
@@ -153,6 +159,23 @@ class RealModelServer:
         with self._log.open("rb") as log:
             log.seek(since)
             return parse_speed(log.read().decode(errors="replace"))
+
+    def measure_pace(self) -> Speed:
+        """How fast this machine runs the model now: one completion that reads about 400 tokens and writes 64.
+
+        The deadlines of tests with a real model scale with it: a slow or busy machine reads and writes
+        several times slower than a quiet one.
+        """
+        mark = self.log_size()
+        body = {
+            "model": self.spec.alias,
+            "messages": [{"role": "user", "content": f"{time.time_ns()} {_PACE_PROMPT}"}],
+            "max_tokens": PACE_WRITTEN_TOKENS,
+            "temperature": 0,
+        }
+        response = httpx.post(f"{self.base_url}/chat/completions", json=body, timeout=300)
+        response.raise_for_status()
+        return self.speed(mark)
 
     def log_tail(self, lines: int = 30) -> str:
         if self._log is None:

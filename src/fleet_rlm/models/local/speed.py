@@ -19,12 +19,24 @@ class Speed:
     output_tokens: int = 0
     output_seconds: float = 0.0
 
+    @property
+    def read_per_second(self) -> float:
+        return self.prompt_tokens / self.prompt_seconds if self.prompt_seconds else 0.0
+
+    @property
+    def written_per_second(self) -> float:
+        return self.output_tokens / self.output_seconds if self.output_seconds else 0.0
+
+    def seconds_for(self, read: int, written: int) -> float:
+        """How long a model call that reads ``read`` new tokens and writes ``written`` takes at this pace."""
+        if not self.read_per_second or not self.written_per_second:
+            raise ValueError("no completion was measured: the pace is unknown")
+        return read / self.read_per_second + written / self.written_per_second
+
     def describe(self) -> str:
-        read = self.prompt_tokens / self.prompt_seconds if self.prompt_seconds else 0.0
-        wrote = self.output_tokens / self.output_seconds if self.output_seconds else 0.0
         return (
-            f"{self.calls} model calls, read {self.prompt_tokens} tokens at {read:.1f}/s, "
-            f"wrote {self.output_tokens} at {wrote:.1f}/s"
+            f"{self.calls} model calls, read {self.prompt_tokens} tokens at {self.read_per_second:.1f}/s, "
+            f"wrote {self.output_tokens} at {self.written_per_second:.1f}/s"
         )
 
 
