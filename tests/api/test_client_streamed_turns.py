@@ -12,8 +12,8 @@ import pytest
 from fleet_rlm.api.client import ApiFailure, FleetClient
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.testing.proxy import CuttableProxy
 from fleet_rlm.testing.settings import scripted_settings
-from tests.clients.terminal.proxy import CuttableProxy
 
 from .server import RunningServer, server_in_thread
 

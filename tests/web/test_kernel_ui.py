@@ -26,7 +26,7 @@ def test_the_kernel_is_shown_restarted_and_refused_while_busy(
 ) -> None:
     scripted.script_for_task("root", "KEEP", rlm_step("Keep totals.", DEFINE))
     open_ui(page, fleet.base_url)
-    page.get_by_role("button", name="New session").click()
+    page.get_by_role("button", name="New session", exact=True).click()
     box = page.get_by_role("textbox", name="Message")
     box.fill("KEEP the totals")
     box.press("Enter")

@@ -25,7 +25,7 @@ def test_sessions_survive_a_server_restart(scripted: ScriptedModelServer, page: 
     try:
         scripted.script("root", rlm_step("Answer.", "SUBMIT(answer='kept across restarts')"))
         open_ui(page, first.base_url)
-        page.get_by_role("button", name="New session").click()
+        page.get_by_role("button", name="New session", exact=True).click()
         page.get_by_role("textbox", name="Message").fill("Remember me")
         page.get_by_role("button", name="Send").click()
         expect(page.get_by_role("region", name="Answer")).to_contain_text("kept across restarts", timeout=30_000)

@@ -39,7 +39,7 @@ def test_the_trace_view_shows_the_turns_trace_id(
 ) -> None:
     scripted.script_for_task("root", "TRACED", rlm_step("Answer.", "SUBMIT(answer='traced answer')"))
     open_ui(page, traced.base_url)
-    page.get_by_role("button", name="New session").click()
+    page.get_by_role("button", name="New session", exact=True).click()
     box = page.get_by_role("textbox", name="Message")
     box.fill("TRACED turn")
     box.press("Enter")

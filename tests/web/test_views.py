@@ -42,7 +42,7 @@ def test_a_turn_shows_its_work_and_the_views_review_it(
     scripted.script("sub", "South leads.")
     scripted.script_for_task("root", "REVIEW", fields_reply(answer="South leads with 200."))
     open_ui(page, fleet.base_url)
-    page.get_by_role("button", name="New session").click()
+    page.get_by_role("button", name="New session", exact=True).click()
     page.wait_for_url("**#/s/*")
     session = page.url.split("#/s/")[1]
 

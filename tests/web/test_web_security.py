@@ -42,7 +42,7 @@ def test_a_hostile_answer_and_script_bearing_artifacts_do_nothing(
     page.on("console", lambda message: violations.append(message.text) if "Content Security" in message.text else None)
     scripted.script("root", rlm_step("Write hostile things.", WRITE_HOSTILE))
     open_ui(page, fleet.base_url)
-    page.get_by_role("button", name="New session").click()
+    page.get_by_role("button", name="New session", exact=True).click()
     page.get_by_role("textbox", name="Message").fill("Be hostile")
     page.get_by_role("button", name="Send").click()
     answer = page.get_by_role("article").last.get_by_role("region", name="Answer")
@@ -142,7 +142,7 @@ def test_the_token_is_asked_once_and_streams_work_with_it(
     dialog.get_by_label("Token").fill(TOKEN)
     dialog.get_by_role("button", name="Continue").click()
     page.wait_for_selector("body[data-ready=true]")
-    page.get_by_role("button", name="New session").click()
+    page.get_by_role("button", name="New session", exact=True).click()
     page.get_by_role("textbox", name="Message").fill("Say hi")
     page.get_by_role("button", name="Send").click()
     turn = page.get_by_role("article").last

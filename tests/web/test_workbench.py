@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import Page, Request, expect
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.proxy import CuttableProxy
 from tests.api.server import ServerProcess
 
 from .conftest import no_serious_violations, open_ui
@@ -40,7 +42,7 @@ def api(fleet: ServerProcess) -> httpx.Client:
 
 
 def new_session(page: Page) -> str:
-    page.get_by_role("button", name="New session").click()
+    page.get_by_role("button", name="New session", exact=True).click()
     expect(page.get_by_role("textbox", name="Message")).to_be_visible()
     return page.url.split("#/s/")[1]
 
@@ -51,12 +53,26 @@ def send(page: Page, message: str) -> None:
     box.press("Enter")
 
 
+def turn_requests(page: Page) -> list[tuple[str, str, str]]:
+    """Method, path and Accept header of each request the page makes for turns from now on."""
+    seen: list[tuple[str, str, str]] = []
+
+    def record(request: Request) -> None:
+        path = urlsplit(request.url).path
+        if "/turns" in path:
+            seen.append((request.method, path, request.headers.get("accept", "")))
+
+    page.on("request", record)
+    return seen
+
+
 def test_a_task_streams_code_and_output_before_the_turn_ends(
     fleet: ServerProcess, scripted: ScriptedModelServer, page: Page
 ) -> None:
     scripted.script("root", rlm_step("Count slowly.", TICKING))
     open_ui(page, fleet.base_url)
-    new_session(page)
+    session = new_session(page)
+    requests = turn_requests(page)
     send(page, "Count to twelve, slowly")
     turn = page.get_by_role("article").last
     expect(turn.get_by_label("Code")).to_contain_text("for i in range(12)")
@@ -68,6 +84,8 @@ def test_a_task_streams_code_and_output_before_the_turn_ends(
     expect(turn.get_by_label("Output")).to_contain_text("tick 11")
     expect(turn.get_by_label("Usage")).to_contain_text("model calls")
     expect(page.get_by_role("button", name="Send")).to_be_enabled()
+    # One request from Send to the answer: the submission's response carries the events.
+    assert requests == [("POST", f"/api/v1/sessions/{session}/turns", "text/event-stream")], requests
 
 
 def test_an_attached_csv_goes_in_and_the_artifact_downloads_with_the_api_bytes(
@@ -115,6 +133,27 @@ def test_stop_ends_a_running_turn_within_a_second(
     expect(turn.get_by_role("status").filter(has_text="Cancelled")).to_be_visible(timeout=5_000)
     assert time.monotonic() - started < 1.0 + 0.5  # a second to cancel; the rest is the page's own polling
     expect(page.get_by_role("button", name="Send")).to_be_enabled()
+
+
+def test_a_refused_submission_says_why_and_keeps_the_message(
+    fleet: ServerProcess, scripted: ScriptedModelServer, page: Page
+) -> None:
+    scripted.script("root", rlm_step("Wait.", SLOW))
+    open_ui(page, fleet.base_url)
+    session = new_session(page)
+    with api(fleet) as client:  # another client's turn, which this page does not know of
+        running = client.post(f"/sessions/{session}/turns", json={"message": "Wait a minute"})
+        assert running.status_code == 202, running.text
+        with client.stream("GET", f"/turns/{running.json()['id']}/events") as events:
+            next(line for line in events.iter_lines() if line.startswith("event: output"))  # it runs
+        send(page, "And now this")
+        expect(page.get_by_role("status").filter(has_text="Not sent:")).to_contain_text(
+            f"turn {running.json()['id']} is still"
+        )
+        expect(page.get_by_role("textbox", name="Message")).to_have_value("And now this")
+        expect(page.get_by_role("article")).to_have_count(0)
+        expect(page.get_by_role("button", name="Send")).to_be_enabled()
+        client.post(f"/turns/{running.json()['id']}/cancel")
 
 
 def test_a_reload_mid_turn_shows_every_event_exactly_once(
@@ -207,20 +246,25 @@ def test_every_view_works_from_the_keyboard_and_passes_axe(
 
 
 def test_a_dropped_connection_resumes_with_nothing_shown_twice(
-    fleet: ServerProcess, scripted: ScriptedModelServer, page: Page, context: BrowserContext
+    fleet: ServerProcess, scripted: ScriptedModelServer, page: Page
 ) -> None:
     scripted.script("root", rlm_step("Count slowly.", TICKING))
-    open_ui(page, fleet.base_url)
-    new_session(page)
-    send(page, "Count to twelve, slowly")
-    turn = page.get_by_role("article").last
-    expect(turn.get_by_label("Output")).to_contain_text("tick 2", timeout=30_000)
-    context.set_offline(True)
-    page.wait_for_timeout(1_500)
-    context.set_offline(False)
-    expect(turn.get_by_role("region", name="Answer")).to_contain_text("ticked", timeout=30_000)
-    output = turn.get_by_label("Output").inner_text()
+    proxy = CuttableProxy(int(fleet.base_url.rsplit(":", 1)[1]))
+    try:
+        open_ui(page, proxy.url)
+        new_session(page)
+        send(page, "Count to twelve, slowly")
+        turn = page.get_by_role("article").last
+        expect(turn.get_by_label("Output")).to_contain_text("tick 2", timeout=30_000)
+        requests = turn_requests(page)
+        proxy.cut()  # the submission's response ends with its events half read
+        expect(turn.get_by_role("region", name="Answer")).to_contain_text("ticked", timeout=30_000)
+        output = turn.get_by_label("Output").inner_text()
+    finally:
+        proxy.close()
     assert [line for line in output.splitlines() if line] == [f"tick {i}" for i in range(12)]
+    # The page carried on through the turn's event stream, from the last event it had.
+    assert [method for method, path, _ in requests if path.endswith("/events")] == ["GET"], requests
 
 
 def test_files_dropped_on_the_composer_are_attached_and_the_mode_is_sent(

@@ -14,10 +14,10 @@ import pytest
 
 from fleet_rlm.clients.terminal.client import ChatClient
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.proxy import CuttableProxy
 from fleet_rlm.testing.settings import scripted_settings
 from tests.api.server import free_port, server_in_thread
 
-from .proxy import CuttableProxy
 from .tmux import Pane, chat_env
 
 SALES = "region,quarter,revenue\nnorth,Q1,100\nsouth,Q1,80\nnorth,Q2,70\nsouth,Q2,120\neast,Q2,5\n"

@@ -17,10 +17,9 @@ from fleet_rlm.clients.terminal.status import StatusLine
 from fleet_rlm.clients.terminal.stream import follow_streamed_turn, follow_turn, resilient_events
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
+from fleet_rlm.testing.proxy import CuttableProxy
 from fleet_rlm.testing.settings import scripted_settings
 from tests.api.server import RunningServer, ServerProcess, server_in_thread
-
-from .proxy import CuttableProxy
 
 TWO_PARTS = "print('part one', flush=True)\nimport time\ntime.sleep(1.5)\nprint('part two')\nSUBMIT(answer='done')"
 

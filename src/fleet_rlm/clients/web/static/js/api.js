@@ -1,5 +1,6 @@
-// The API client: fetch with the bearer token (kept for the tab in sessionStorage) and turn streams
-// over EventSource with stream tickets, resuming after the last event seen.
+// The API client: fetch with the bearer token (kept for the tab in sessionStorage); a new turn's
+// events read from the response to its submission, other turn streams over EventSource with stream
+// tickets, each resuming after the last event seen.
 const BASE = "/api/v1";
 const TOKEN_KEY = "fleet.token";
 const TERMINAL = new Set(["turn.completed", "turn.incomplete", "turn.failed", "turn.cancelled", "turn.interrupted"]);
@@ -41,9 +42,9 @@ async function errorOf(response) {
 }
 
 // One call; on 401 asks for the token (once per wrong token) and tries again.
-export async function call(method, path, { json, body, headers, raw, accept = [] } = {}) {
+export async function call(method, path, { json, body, headers, raw, signal, accept = [] } = {}) {
   for (let attempt = 0; ; attempt += 1) {
-    const init = { method, headers: authHeaders(headers) };
+    const init = { method, headers: authHeaders(headers), signal };
     if (json !== undefined) {
       init.body = JSON.stringify(json);
       init.headers.set("Content-Type", "application/json");
@@ -80,7 +81,7 @@ export async function download(sessionId, path) {
   setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }
 
-export function newKey() {
+function newKey() {
   const bytes = crypto.getRandomValues(new Uint8Array(16));
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
@@ -131,4 +132,84 @@ export function follow(turnId, { after = 0, onEvent, onEnd, onRetry }) {
   };
   open();
   return { close: stop, lastSeq: () => last };
+}
+
+// The data of each complete server-sent event in `buffer` (frames end with a blank line; sse-starlette
+// ends lines with CRLF), and what is left of an incomplete one.
+function sseFrames(buffer) {
+  const data = [];
+  const frames = buffer.split(/\r\n\r\n|\n\n|\r\r/);
+  const rest = frames.pop();
+  for (const frame of frames) {
+    const lines = frame.split(/\r\n|\n|\r/).filter((line) => line.startsWith("data:"));
+    if (lines.length) data.push(lines.map((line) => line.slice(line[5] === " " ? 6 : 5)).join("\n"));
+  }
+  return { data, rest };
+}
+
+// Submits a turn and reads its events from the same response (POST with Accept: text/event-stream:
+// one request before the first event, where a POST, a ticket and an EventSource take three). Resolves
+// once the server accepted the turn, with its id and follow(handlers), which takes the handlers of
+// follow() and returns the same kind of handle; a stream that drops before the turn's end carries on
+// through follow() from the last event seen. Rejects with ApiError as call() does.
+export async function submitTurn(sessionId, json) {
+  const abort = new AbortController();
+  const response = await call("POST", `/sessions/${encodeURIComponent(sessionId)}/turns`, {
+    json,
+    headers: { "Idempotency-Key": newKey(), Accept: "text/event-stream" },
+    raw: true,
+    signal: abort.signal,
+  });
+  const streamed = (response.headers.get("Content-Type") || "").startsWith("text/event-stream");
+  const turnId = streamed
+    ? decodeURIComponent((response.headers.get("Location") || "").split("/").pop())
+    : (await response.json()).id;
+  if (!turnId) throw new ApiError(response.status, "unusable_location", "The server did not say which turn it started");
+  return { turnId, follow: (handlers) => readTurn(turnId, streamed ? response : null, abort, handlers) };
+}
+
+function readTurn(turnId, response, abort, { after = 0, onEvent, onEnd, onRetry }) {
+  let last = after;
+  let closed = false;
+  let rest = null;
+  const handle = {
+    close: () => {
+      closed = true;
+      abort.abort();
+      if (rest) rest.close();
+    },
+    lastSeq: () => (rest ? rest.lastSeq() : last),
+  };
+  const carryOn = () => {
+    if (!closed) rest = follow(turnId, { after: last, onEvent, onEnd, onRetry });
+  };
+  if (!response) {
+    carryOn();
+    return handle;
+  }
+  (async () => {
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done || closed) return;
+      const frames = sseFrames(buffer + value);
+      buffer = frames.rest;
+      for (const data of frames.data) {
+        const event = JSON.parse(data);
+        if (typeof event.seq !== "number" || event.seq <= last) continue;
+        last = event.seq;
+        onEvent(event);
+        if (isTerminal(event.type)) {
+          closed = true;
+          abort.abort();
+          if (onEnd) onEnd(event);
+          return;
+        }
+      }
+    }
+  })()
+    .catch(() => {})
+    .finally(carryOn);
+  return handle;
 }

@@ -1,6 +1,6 @@
 // The workbench of one session: its transcript (one article per turn, replayed then followed live)
 // and the composer (message, mode, attachments, context files, Send and Stop).
-import { ApiError, call, follow, isTerminal, newKey } from "./api.js";
+import { ApiError, call, follow, isTerminal, submitTurn } from "./api.js";
 import { formatBytes, h } from "./dom.js";
 import { TurnView } from "./transcript.js";
 
@@ -141,11 +141,13 @@ export class Workbench {
     return view;
   }
 
-  followTurn(turn, done) {
+  // `open` starts the stream with follow()'s handlers: by default follow() itself; a turn just sent
+  // reads the response to its submission.
+  followTurn(turn, done, open = (handlers) => follow(turn.id, handlers)) {
     const view = this.views.get(turn.id);
     const live = ACTIVE.has(turn.status);
     if (live) this.setActive(turn.id);
-    const handle = follow(turn.id, {
+    const handle = open({
       after: view.lastSeq,
       onEvent: (event) => {
         view.push(event);
@@ -175,13 +177,14 @@ export class Workbench {
     if (this.mode.value) body.mode = this.mode.value;
     this.sendButton.disabled = true;
     try {
-      const turn = await call("POST", `/sessions/${this.session.id}/turns`, { json: body, headers: { "Idempotency-Key": newKey() } });
+      const submitted = await submitTurn(this.session.id, body);
+      const turn = { id: submitted.turnId, status: "queued", message };
       this.message.value = "";
       this.notice.textContent = "";
       this.turns.push(turn);
       const view = this.addTurn(turn);
       view.article.scrollIntoView({ block: "nearest" });
-      this.followTurn(turn);
+      this.followTurn(turn, undefined, submitted.follow);
       this.app.turnStarted(this.session, message);
     } catch (error) {
       this.sendButton.disabled = false;
