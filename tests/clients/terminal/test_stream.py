@@ -6,6 +6,7 @@ import io
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -31,6 +32,18 @@ def api(model_server: ScriptedModelServer, home: Path) -> Iterator[RunningServer
         yield server
 
 
+@dataclass
+class NotedStatus(StatusLine):
+    """A status line that keeps every note it was shown."""
+
+    shown: list[str] = field(default_factory=list)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "note" and value:
+            self.shown.append(str(value))
+        super().__setattr__(name, value)
+
+
 @pytest.fixture
 def proxy(api: RunningServer) -> Iterator[CuttableProxy]:
     port = int(api.base_url.rsplit(":", 1)[1])
@@ -46,15 +59,17 @@ def test_a_dropped_stream_resumes_after_the_last_event_seen(
     with ChatClient(proxy.url) as client:
         session = client.create_session()
         turn = client.submit_turn(session["id"], "Two parts")
-        status = StatusLine()
+        status = NotedStatus()
         seen = []
-        notes = []
         for event in resilient_events(client, turn["id"], status):
             seen.append(event)
-            notes.append(status.note)
             if event.type is EventType.OUTPUT and "part one" in event.data["text"]:
                 threading.Timer(0.2, proxy.cut).start()
     assert [e.seq for e in seen] == list(range(1, len(seen) + 1)), "nothing missed, nothing repeated"
+    last_before_the_cut = next(e.seq for e in seen if e.type is EventType.OUTPUT)
+    assert status.shown and status.shown[0].startswith("reconnecting (attempt 1, from event "), status.shown
+    assert int(status.shown[0].rsplit(" ", 1)[1].rstrip(")")) >= last_before_the_cut
+    assert status.note == "", "the note goes once the events flow again"
     assert seen[-1].type is EventType.TURN_COMPLETED
     assert [e.data["text"] for e in seen if e.type is EventType.OUTPUT] == ["part one\n", "part two\n"]
     assert proxy.connections >= 2
