@@ -49,7 +49,7 @@ def _check(response: httpx.Response) -> httpx.Response:
     raise ApiFailure(response.status_code, code, message)
 
 
-def _check_stream(response: httpx.Response) -> httpx.Response:
+def check_stream(response: httpx.Response) -> httpx.Response:
     """``_check`` for a streamed response: an error's JSON body is read first."""
     if not response.is_success:
         response.read()
@@ -323,7 +323,7 @@ class FleetClient:
         )
         response = self.http.send(request, stream=True)
         try:
-            turn_id = _turn_id_from_location(_check_stream(response))
+            turn_id = _turn_id_from_location(check_stream(response))
         except BaseException:
             response.close()
             raise
@@ -353,7 +353,7 @@ class FleetClient:
         headers = {"Last-Event-ID": str(after)} if after else {}
         url = f"/turns/{turn_id}/events"
         with connect_sse(self.http, "GET", url, headers=headers, timeout=STREAM_TIMEOUT) as source:
-            _check_stream(source.response)
+            check_stream(source.response)
             yield from _read_events(source)
 
     def follow(self, turn_id: str, *, after: int = 0, retrying: Retrying | None = None) -> Iterator[Event]:

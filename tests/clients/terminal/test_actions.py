@@ -10,6 +10,7 @@ import httpx
 import pytest
 from rich.console import Console
 
+from fleet_rlm.api.client import ApiFailure
 from fleet_rlm.clients.terminal.actions import ChatState, open_session
 from fleet_rlm.clients.terminal.client import ChatClient
 from fleet_rlm.clients.terminal.repl import handle_line
@@ -196,6 +197,10 @@ def test_attach_directories_and_get_refuses_corrupted_bytes(
     assert shown[0].endswith("; nothing saved")
     assert not (tmp_path / "copy.txt").exists() and not (tmp_path / "copy.txt.partial").exists()
     assert chat.run("/get data/a.txt nowhere/x.txt") == [f"/get: no directory {tmp_path / 'nowhere'} to save into"]
+    with pytest.raises(ApiFailure) as refused:  # gone since it was listed: the server's error, nothing saved
+        chat.client.download_to(chat.state.session_id, "files/gone.txt", tmp_path / "gone.txt", "0" * 64)
+    assert (refused.value.status, refused.value.code) == (404, "file_not_found"), refused.value
+    assert not (tmp_path / "gone.txt").exists() and not (tmp_path / "gone.txt.partial").exists()
 
 
 def test_kernel_shows_the_live_state_and_restart_ends_it(chat: Chat, model_server: ScriptedModelServer) -> None:

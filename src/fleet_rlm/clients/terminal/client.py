@@ -7,9 +7,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from fleet_rlm.api.client import ApiFailure, FleetClient
+from fleet_rlm.api.client import ApiFailure, FleetClient, check_stream
 
 DOWNLOAD_CHUNK = 1024 * 1024
 
@@ -37,9 +35,7 @@ class ChatClient(FleetClient):
         size = 0
         try:
             with self.http.stream("GET", f"/sessions/{ref}/files/{path}") as response:
-                if not response.is_success:
-                    response.read()
-                    raise _failure(response)
+                check_stream(response)
                 with partial.open("wb") as out:
                     for chunk in response.iter_bytes(DOWNLOAD_CHUNK):
                         digest.update(chunk)
@@ -54,11 +50,3 @@ class ChatClient(FleetClient):
         finally:
             partial.unlink(missing_ok=True)
         return size
-
-
-def _failure(response: httpx.Response) -> ApiFailure:
-    try:
-        body = response.json()
-        return ApiFailure(response.status_code, str(body["code"]), str(body["message"]))
-    except (ValueError, KeyError, TypeError):
-        return ApiFailure(response.status_code, f"http_{response.status_code}", response.reason_phrase)
