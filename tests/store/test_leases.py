@@ -7,7 +7,7 @@ import asyncio
 import datetime as dt
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import event, update
 
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.leases import lapsed
@@ -43,6 +43,32 @@ async def test_a_lone_worker_claims_in_submission_order(store: Store) -> None:
     order = [(await store.claim_turn("w:1:x", 10)) for _ in ids]
     assert [turn.id for turn in order if turn is not None] == ids
     assert await store.claim_turn("w:1:x", 10) is None
+
+
+async def test_a_batch_claim_takes_the_oldest_turns_with_their_sessions_in_one_transaction(store: Store) -> None:
+    ids = await queued(store, 6)
+    commits: list[int] = []
+    event.listen(store.db.write_engine.sync_engine, "commit", lambda _connection: commits.append(1))
+    first = await store.claim_turns("a:1:x", 10, limit=4)
+    assert len(commits) == 1
+    assert [claimed.turn.id for claimed in first] == ids[:4]
+    for claimed in first:
+        assert claimed.turn.runner == "a:1:x" and claimed.turn.lease_expires_at is not None
+        assert claimed.session.id == claimed.turn.session_id
+        assert claimed.session.name == f"s{ids.index(claimed.turn.id)}"
+    rest = await store.claim_turns("b:1:x", 10, limit=4)
+    assert [claimed.turn.id for claimed in rest] == ids[4:]
+    assert await store.claim_turns("b:1:x", 10, limit=4) == []
+    assert [(await store.get_turn(turn_id)).runner for turn_id in ids] == ["a:1:x"] * 4 + ["b:1:x"] * 2
+
+
+async def test_batch_claims_made_at_once_never_take_a_turn_twice(store: Store) -> None:
+    ids = await queued(store, 9)
+    batches = await asyncio.gather(*(store.claim_turns(f"w{i}:1:x", 10, limit=4) for i in range(4)))
+    claimed = [c.turn.id for batch in batches for c in batch]
+    assert sorted(claimed) == sorted(ids), "every turn claimed once, and only once"
+    for batch in batches:  # each batch in submission order
+        assert [c.turn.id for c in batch] == sorted((c.turn.id for c in batch), key=ids.index)
 
 
 async def test_a_claimed_or_running_turn_cannot_be_claimed_by_id(store: Store) -> None:

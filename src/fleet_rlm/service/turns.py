@@ -30,7 +30,17 @@ from fleet_rlm.service.submissions import SubmissionQueue
 from fleet_rlm.service.wakeups import Wakeups
 from fleet_rlm.service.worker import TurnWorker
 from fleet_rlm.service.writer import EventJournal
-from fleet_rlm.store import Conflict, Invalid, NewTurn, NotFound, Queued, SessionRecord, Store, StoreError, TurnRecord
+from fleet_rlm.store import (
+    Claimed,
+    Conflict,
+    Invalid,
+    NewTurn,
+    Queued,
+    SessionRecord,
+    Store,
+    StoreError,
+    TurnRecord,
+)
 
 if TYPE_CHECKING:
     from fleet_rlm.service.tracing import TurnTracer
@@ -144,15 +154,9 @@ class TurnOperations(ABC):
         holder = await self.store.kernel_holder(session_ref)
         return holder is None or holder == self.runner or is_dead(holder, self.runner)
 
-    async def _run_claimed(self, turn: TurnRecord) -> None:
+    def _run_claimed(self, claimed: Claimed) -> None:
         """Run a turn this process's worker claimed (its room already taken)."""
-        try:
-            session = await self.store.get_session(turn.session_id)
-        except NotFound:  # deleted meanwhile, and the turn with it
-            assert self.worker is not None
-            self.worker.release()
-            return
-        self._start_execution(turn, session, held=True)
+        self._start_execution(claimed.turn, claimed.session, held=True)
 
     def _start_execution(
         self, turn: TurnRecord, session: SessionRecord, *, held: bool, cancelled: bool = False
@@ -230,11 +234,9 @@ class TurnOperations(ABC):
             return await self.store.get_turn(turn_id)
         if turn.active and turn.runner is None:
             # No worker has claimed it: this process claims it, to end it cancelled.
-            claimed = await self.store.claim_turn(self.runner, self.settings.worker.lease_seconds, turn_id=turn_id)
-            if claimed is not None:
-                self._start_execution(
-                    claimed, await self.store.get_session(claimed.session_id), held=False, cancelled=True
-                )
+            lease = self.settings.worker.lease_seconds
+            for claimed in await self.store.claim_turns(self.runner, lease, limit=1, turn_id=turn_id):
+                self._start_execution(claimed.turn, claimed.session, held=False, cancelled=True)
                 return await self.store.get_turn(turn_id)
         if turn.active:
             return await self.store.request_cancel(turn_id)  # its runner cancels it when told

@@ -1,9 +1,10 @@
 """Claiming queued turns for this process to run, up to its share (``server.max_running_turns``).
 
 A process that runs turns (``fleet worker``, and ``fleet serve`` unless ``worker.in_server`` is off
-on PostgreSQL) claims the oldest queued turn whenever it has room: when it is told a turn was queued
-(a notification, or directly for a turn submitted here), when one of its turns ends, and every
-second regardless. Draining (SIGTERM) stops the claiming; what it runs finishes.
+on PostgreSQL) claims the oldest queued turns whenever it has room, as many as it has room for (at
+most :data:`CLAIM_BATCH`) in one transaction: when it is told a turn was queued (a notification, or
+directly for a turn submitted here), when one of its turns ends, and every second regardless.
+Draining (SIGTERM) stops the claiming; what it runs finishes.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from fleet_rlm.logs import FailureLog
-from fleet_rlm.store import Store, TurnRecord
+from fleet_rlm.store import Claimed, Store
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
+CLAIM_BATCH = 32
+"""At most this many turns claimed in one transaction (a process without a limit claims on)."""
 
 
 class TurnWorker:
@@ -28,7 +31,7 @@ class TurnWorker:
         runner: str,
         capacity: int | None,
         lease_seconds: float,
-        run: Callable[[TurnRecord], Awaitable[None]],
+        run: Callable[[Claimed], None],
         affinity_seconds: float = 0.0,
     ) -> None:
         self.store = store
@@ -53,10 +56,15 @@ class TurnWorker:
 
     def reserve(self) -> bool:
         """Take room for one turn now (False: full, or draining); :meth:`release` gives it back."""
-        if self.draining or (self.capacity is not None and self.held >= self.capacity):
-            return False
-        self.held += 1
-        return True
+        return self._reserve_up_to(1) == 1
+
+    def _reserve_up_to(self, wanted: int) -> int:
+        """Take room for up to ``wanted`` turns now; returns how many (0: full, or draining)."""
+        if self.draining:
+            return 0
+        room = wanted if self.capacity is None else max(0, min(wanted, self.capacity - self.held))
+        self.held += room
+        return room
 
     def release(self) -> None:
         self.held -= 1
@@ -75,19 +83,19 @@ class TurnWorker:
                 self._failures.succeeded()
 
     async def _claim_while_room(self) -> None:
-        while self.reserve():
-            started = False
+        while room := self._reserve_up_to(CLAIM_BATCH):
+            started = 0
             try:
-                turn = await self.store.claim_turn(
-                    self.runner, self.lease_seconds, affinity_seconds=self.affinity_seconds
+                claimed = await self.store.claim_turns(
+                    self.runner, self.lease_seconds, limit=room, affinity_seconds=self.affinity_seconds
                 )
-                if turn is None:
-                    return
-                await self._run(turn)
-                started = True  # the room is the turn's now: released when it ends
+                for turn in claimed:
+                    self._run(turn)
+                    started += 1  # the room is the turn's now: released when it ends
             finally:
-                if not started:
-                    self.held -= 1
+                self.held -= room - started
+            if len(claimed) < room:
+                return
 
     async def drain(self) -> None:
         """Stop claiming (the turns it runs go on)."""

@@ -4,6 +4,7 @@ from fleet_rlm.store.blobs import BlobStore, TooLarge
 from fleet_rlm.store.database import Database, database_url
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound, StoreError
 from fleet_rlm.store.records import (
+    Claimed,
     FileChanges,
     FileRecord,
     LabelRecord,
@@ -22,6 +23,7 @@ from fleet_rlm.store.store import Store
 
 __all__ = [
     "BlobStore",
+    "Claimed",
     "Conflict",
     "Database",
     "FileChanges",

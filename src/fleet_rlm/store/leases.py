@@ -20,7 +20,7 @@ from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
 from fleet_rlm.store.base import StoreBase
 from fleet_rlm.store.errors import NotFound
 from fleet_rlm.store.notify import Channel, notify
-from fleet_rlm.store.records import TurnRecord
+from fleet_rlm.store.records import Claimed, SessionRecord, TurnRecord
 from fleet_rlm.store.tables import SessionRow, TurnRow, utcnow
 
 
@@ -46,11 +46,30 @@ class LeaseQueries(StoreBase):
         self, runner: str, lease_seconds: float, *, turn_id: str | None = None, affinity_seconds: float = 0.0
     ) -> TurnRecord | None:
         """Claim the oldest queued turn no process has claimed (or the turn ``turn_id``, if it is such a
-        turn) for ``runner``; None when there is none.
+        turn) for ``runner``; None when there is none. See :meth:`claim_turns`."""
+        claimed = await self.claim_turns(
+            runner, lease_seconds, limit=1, turn_id=turn_id, affinity_seconds=affinity_seconds
+        )
+        return claimed[0].turn if claimed else None
+
+    async def claim_turns(
+        self,
+        runner: str,
+        lease_seconds: float,
+        *,
+        limit: int,
+        turn_id: str | None = None,
+        affinity_seconds: float = 0.0,
+    ) -> list[Claimed]:
+        """Claim up to ``limit`` of the oldest queued turns no process has claimed (only ``turn_id``, if
+        given) for ``runner``, oldest first, with their sessions, in one transaction: a worker with room
+        for 30 turns takes them in one round of statements, not 30.
 
         With ``affinity_seconds``, a turn whose session's previous turn another runner ran (and did not
         leave interrupted: that runner likely holds the session's kernel) is left to that runner for
         that long after it was queued; then anyone may claim it."""
+        if limit < 1:
+            return []
         unclaimed = [TurnRow.status == TurnStatus.QUEUED, TurnRow.runner.is_(None)]
         if turn_id is not None:
             unclaimed.append(TurnRow.id == turn_id)
@@ -61,21 +80,25 @@ class LeaseQueries(StoreBase):
         # (SQLite's one) or a transaction that locks rows.
         async with self.db.read() as session:
             if (await session.execute(select(TurnRow.id).where(*unclaimed).limit(1))).first() is None:
-                return None
+                return []
         query = (
             select(TurnRow)
             .where(*unclaimed)
             .order_by(TurnRow.created_at, TurnRow.id)
-            .limit(1)
+            .limit(limit)
             .with_for_update(skip_locked=True)
         )
         async with self.db.write() as session:
-            row = (await session.execute(query)).scalar_one_or_none()
-            if row is None:
-                return None
-            row.runner = runner
-            row.lease_expires_at = lease_end(lease_seconds)
-            return TurnRecord.of(row)
+            rows = list((await session.execute(query)).scalars())
+            if not rows:
+                return []
+            lease = lease_end(lease_seconds)
+            for row in rows:
+                row.runner = runner
+                row.lease_expires_at = lease
+            wanted = select(SessionRow).where(SessionRow.id.in_({row.session_id for row in rows}))
+            sessions = {found.id: SessionRecord.of(found) for found in (await session.execute(wanted)).scalars()}
+            return [Claimed(TurnRecord.of(row), sessions[row.session_id]) for row in rows]
 
     async def kernel_holder(self, session_ref: str) -> str | None:
         """The runner that ran the last ended turn of the session ``session_ref`` (its id or name) names,

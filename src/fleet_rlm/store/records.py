@@ -168,6 +168,13 @@ class Queued(NamedTuple):
     session: SessionRecord
 
 
+class Claimed(NamedTuple):
+    """A turn claimed for a runner, with its session as read in the claim's transaction."""
+
+    turn: TurnRecord
+    session: SessionRecord
+
+
 @dataclass(frozen=True)
 class TurnStart:
     """A queued turn about to run, marked ``running`` with the version of the program that serves then;

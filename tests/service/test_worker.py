@@ -1,0 +1,85 @@
+"""A process's worker claims queued turns up to its room, as many as it has room for in one transaction,
+on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import event
+
+from fleet_rlm.service.worker import TurnWorker
+from fleet_rlm.store import Claimed, Store
+
+pytestmark = pytest.mark.anyio
+
+
+async def queue_turns(store: Store, count: int) -> list[str]:
+    ids = []
+    for index in range(count):
+        session = await store.create_session(name=f"s{index}")
+        ids.append((await store.create_turn(session.id, f"task {index}"))[0].id)
+    return ids
+
+
+async def until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_worker_claims_what_it_has_room_for_in_one_transaction_and_more_as_room_frees(store: Store) -> None:
+    ids = await queue_turns(store, 8)
+    ran: list[Claimed] = []
+    commits: list[int] = []
+    event.listen(store.db.write_engine.sync_engine, "commit", lambda _connection: commits.append(1))
+    worker = TurnWorker(store, "w:1:x", 5, lease_seconds=10, run=ran.append)
+    worker.start()
+    try:
+        await until(lambda: len(ran) == 5)
+        assert len(commits) == 1, "five claims, one transaction"
+        assert [claimed.turn.id for claimed in ran] == ids[:5], "the oldest first"
+        assert all(claimed.session.id == claimed.turn.session_id for claimed in ran)
+        assert worker.held == 5 and not worker.reserve(), "full: no room for a turn submitted here"
+        worker.release()  # one of its turns ended
+        worker.release()
+        await until(lambda: len(ran) == 7)
+        assert [claimed.turn.id for claimed in ran[5:]] == ids[5:7]
+        assert worker.held == 5
+    finally:
+        await worker.drain()
+    assert (await store.get_turn(ids[7])).runner is None, "left queued for whoever has room"
+
+
+async def test_a_worker_without_a_limit_claims_every_queued_turn(store: Store) -> None:
+    ids = await queue_turns(store, 40)
+    ran: list[Claimed] = []
+    worker = TurnWorker(store, "w:1:x", None, lease_seconds=10, run=ran.append)
+    worker.start()
+    try:
+        await until(lambda: len(ran) == 40)
+        assert [claimed.turn.id for claimed in ran] == ids
+        assert worker.held == 40
+    finally:
+        await worker.drain()
+
+
+async def test_the_room_of_turns_claimed_but_not_started_is_given_back(store: Store) -> None:
+    await queue_turns(store, 3)
+    ran: list[Claimed] = []
+
+    def run(claimed: Claimed) -> None:
+        if ran:
+            raise RuntimeError("a bug in starting the turn")
+        ran.append(claimed)
+
+    worker = TurnWorker(store, "w:1:x", 3, lease_seconds=10, run=run)
+    worker.start()
+    try:
+        await until(lambda: bool(ran))
+        await asyncio.sleep(0.2)
+        assert worker.held == 1, "only the turn that started keeps its room"
+    finally:
+        await worker.drain()
