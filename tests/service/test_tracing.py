@@ -207,13 +207,15 @@ def test_trace_in_fleet_chat_shows_the_turns_trace_id(model_server: ScriptedMode
 
 
 @pytest.fixture
-def mlflow_reset() -> Iterator[None]:
-    """MLflow keeps its tracking URI and autologging process-wide: leave them as they were."""
+def mlflow_reset(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """MLflow keeps its tracking URI and autologging process-wide: autologging goes off after the test,
+    and anything written later (a trace finished by a turn's thread after it) goes to a temporary
+    store, not to ``./mlruns`` in the checkout (MLflow's default)."""
     import mlflow
 
     yield
     mlflow.dspy.autolog(disable=True)
-    mlflow.set_tracking_uri(None)
+    mlflow.set_tracking_uri(tmp_path_factory.mktemp("mlruns-after").as_uri())
 
 
 # MLflow's own store queries use a loader strategy SQLAlchemy 2.1 deprecates (Fleet's do not).

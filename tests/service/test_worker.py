@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from sqlalchemy import event
@@ -66,20 +67,43 @@ async def test_a_worker_without_a_limit_claims_every_queued_turn(store: Store) -
         await worker.drain()
 
 
-async def test_the_room_of_turns_claimed_but_not_started_is_given_back(store: Store) -> None:
-    await queue_turns(store, 3)
+async def test_a_turn_whose_start_fails_keeps_only_its_own_room_the_others_still_run(store: Store) -> None:
+    ids = await queue_turns(store, 3)
     ran: list[Claimed] = []
 
     def run(claimed: Claimed) -> None:
-        if ran:
+        if claimed.turn.id == ids[1]:
             raise RuntimeError("a bug in starting the turn")
         ran.append(claimed)
 
     worker = TurnWorker(store, "w:1:x", 3, lease_seconds=10, run=run)
     worker.start()
     try:
-        await until(lambda: bool(ran))
+        await until(lambda: len(ran) == 2)
         await asyncio.sleep(0.2)
-        assert worker.held == 1, "only the turn that started keeps its room"
+        assert [claimed.turn.id for claimed in ran] == [ids[0], ids[2]], "the turn after the failed one runs"
+        assert worker.held == 2, "only the turns that started keep their room"
     finally:
         await worker.drain()
+
+
+async def test_turns_claimed_as_the_worker_drains_are_given_back_to_the_queue(store: Store) -> None:
+    ids = await queue_turns(store, 3)
+    ran: list[Claimed] = []
+    worker = TurnWorker(store, "w:1:x", 5, lease_seconds=10, run=ran.append)
+    real_claim = store.claim_turns
+
+    async def claim_then_sigterm(*args: Any, **kwargs: Any) -> list[Claimed]:
+        claimed = await real_claim(*args, **kwargs)
+        worker.draining = True  # SIGTERM arrived while the claim's transaction ran
+        return claimed
+
+    store.claim_turns = claim_then_sigterm  # type: ignore[method-assign]
+    worker.start()
+    await until(lambda: worker.draining)
+    await worker.drain()
+    assert ran == [] and worker.held == 0
+    for turn_id in ids:
+        turn = await store.get_turn(turn_id)
+        assert turn.runner is None and turn.lease_expires_at is None, "queued for another worker to claim"
+    assert [c.turn.id for c in await real_claim("other:1:x", 10, limit=5)] == ids

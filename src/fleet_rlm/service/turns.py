@@ -127,7 +127,13 @@ class TurnOperations(ABC):
 
         def settle(answer: Queued | BaseException) -> None:
             """Start a turn claimed here, or give the room back; even if the caller went away."""
-            if not here or self.worker is None:
+            if self.worker is None:
+                return
+            if not here:
+                # Queued for whoever has room: this process may have some by now (on SQLite no
+                # notification wakes its worker).
+                if isinstance(answer, Queued) and answer.created:
+                    self.worker.wake()
                 return
             if isinstance(answer, Queued) and answer.created:
                 self._start_execution(answer.turn, answer.session, held=True)

@@ -89,13 +89,26 @@ class TurnWorker:
                 claimed = await self.store.claim_turns(
                     self.runner, self.lease_seconds, limit=room, affinity_seconds=self.affinity_seconds
                 )
+                if self.draining and claimed:  # SIGTERM came during the claim: others may run them
+                    await self.store.unclaim_turns(self.runner, [c.turn.id for c in claimed])
+                    return
                 for turn in claimed:
-                    self._run(turn)
-                    started += 1  # the room is the turn's now: released when it ends
+                    if self._start(turn):
+                        started += 1  # the room is the turn's now: released when it ends
             finally:
                 self.held -= room - started
             if len(claimed) < room:
                 return
+
+    def _start(self, claimed: Claimed) -> bool:
+        """Run a claimed turn; a turn whose start fails (a bug) keeps its claim until its lease lapses
+        (it then ends interrupted) and the turns claimed with it still run."""
+        try:
+            self._run(claimed)
+        except Exception:
+            log.exception("turn %s: could not start it", claimed.turn.id)
+            return False
+        return True
 
     async def drain(self) -> None:
         """Stop claiming (the turns it runs go on)."""

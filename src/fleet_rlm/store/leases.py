@@ -100,6 +100,20 @@ class LeaseQueries(StoreBase):
             sessions = {found.id: SessionRecord.of(found) for found in (await session.execute(wanted)).scalars()}
             return [Claimed(TurnRecord.of(row), sessions[row.session_id]) for row in rows]
 
+    async def unclaim_turns(self, runner: str, turn_ids: Collection[str]) -> None:
+        """Give back ``runner``'s claims on those of ``turn_ids`` it has not started (still queued), and
+        tell the other workers they wait."""
+        if not turn_ids:
+            return
+        async with self.db.write() as session:
+            given_back = await session.execute(
+                update(TurnRow)
+                .where(TurnRow.id.in_(list(turn_ids)), TurnRow.runner == runner, TurnRow.status == TurnStatus.QUEUED)
+                .values(runner=None, lease_expires_at=None)
+                .returning(TurnRow.id)
+            )
+            await notify(self.db, session, Channel.QUEUED, list(given_back.scalars()))
+
     async def kernel_holder(self, session_ref: str) -> str | None:
         """The runner that ran the last ended turn of the session ``session_ref`` (its id or name) names,
         unless that turn ended interrupted (its runner likely keeps the session's kernel); None: no such

@@ -134,8 +134,8 @@ export function follow(turnId, { after = 0, onEvent, onEnd, onRetry }) {
   return { close: stop, lastSeq: () => last };
 }
 
-// The data of each complete server-sent event in `buffer` (frames end with a blank line; sse-starlette
-// ends lines with CRLF), and what is left of an incomplete one.
+// The data of each complete server-sent event in `buffer` (a frame ends with a blank line; lines end
+// with LF, CRLF or CR), and what is left of an incomplete one.
 function sseFrames(buffer) {
   const data = [];
   const frames = buffer.split(/\r\n\r\n|\n\n|\r\r/);
@@ -161,10 +161,18 @@ export async function submitTurn(sessionId, json) {
     signal: abort.signal,
   });
   const streamed = (response.headers.get("Content-Type") || "").startsWith("text/event-stream");
-  const turnId = streamed
-    ? decodeURIComponent((response.headers.get("Location") || "").split("/").pop())
-    : (await response.json()).id;
-  if (!turnId) throw new ApiError(response.status, "unusable_location", "The server did not say which turn it started");
+  let turnId;
+  try {
+    turnId = streamed
+      ? decodeURIComponent((response.headers.get("Location") || "").split("/").pop())
+      : (await response.json()).id;
+  } catch {
+    turnId = "";
+  }
+  if (!turnId) {
+    abort.abort();
+    throw new ApiError(response.status, "unusable_location", "The server accepted the message but did not say which turn it started");
+  }
   return { turnId, follow: (handlers) => readTurn(turnId, streamed ? response : null, abort, handlers) };
 }
 
@@ -181,10 +189,12 @@ function readTurn(turnId, response, abort, { after = 0, onEvent, onEnd, onRetry 
     lastSeq: () => (rest ? rest.lastSeq() : last),
   };
   const carryOn = () => {
-    if (!closed) rest = follow(turnId, { after: last, onEvent, onEnd, onRetry });
+    if (closed) return;
+    if (onRetry) onRetry(1);
+    rest = follow(turnId, { after: last, onEvent, onEnd, onRetry });
   };
   if (!response) {
-    carryOn();
+    if (!closed) rest = follow(turnId, { after, onEvent, onEnd, onRetry });
     return handle;
   }
   (async () => {
@@ -209,7 +219,9 @@ function readTurn(turnId, response, abort, { after = 0, onEvent, onEnd, onRetry 
       }
     }
   })()
-    .catch(() => {})
+    .catch((error) => {
+      if (!closed && error.name !== "AbortError") console.error("the turn's stream broke off:", error);
+    })
     .finally(carryOn);
   return handle;
 }
