@@ -12,7 +12,7 @@ from sqlalchemy import event, update
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.leases import lapsed
 from fleet_rlm.store import Store
-from fleet_rlm.store.tables import TurnRow, utcnow
+from fleet_rlm.store.tables import EventRow, TurnRow, utcnow
 
 pytestmark = pytest.mark.anyio
 
@@ -90,6 +90,23 @@ async def test_only_the_runner_renews_its_lease_and_it_hears_of_cancels(store: S
     assert await store.renew_leases("mine:1:x", [first, second], 300) == {second}
     renewed = (await store.get_turn(first)).lease_expires_at
     assert renewed is not None and before is not None and renewed > before + dt.timedelta(seconds=200)
+
+
+async def test_a_lease_renewal_does_not_wait_for_a_transaction_storing_the_turns_events(store: Store) -> None:
+    """Storing an event holds its turn's key (the foreign key) until the transaction ends. Renewing a
+    lease changes no key, so it does not wait for that: when it did (FOR UPDATE), the
+    journal storing events of two turns and a renewal of both deadlocked, and PostgreSQL broke the
+    cycle only after a second, a stall that every follower of the server's turns saw."""
+    if store.db.is_sqlite:
+        pytest.skip("SQLite has one writer at a time: transactions do not lock rows")
+    first, second = await queued(store, 2)
+    for turn_id in (first, second):
+        await store.claim_turn("mine:1:x", 60, turn_id=turn_id)
+    async with store.db.write() as storing:
+        storing.add(EventRow(turn_id=first, seq=1, type="turn.started", ts=0.0, span_id="s", data={}))
+        await storing.flush()
+        renewal = store.renew_leases("mine:1:x", [first, second], 300)
+        assert await asyncio.wait_for(renewal, 10) == set()
 
 
 async def test_a_lapsed_lease_ends_the_turn_interrupted_but_a_renewed_one_is_left(store: Store) -> None:

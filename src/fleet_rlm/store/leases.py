@@ -86,7 +86,7 @@ class LeaseQueries(StoreBase):
             .where(*unclaimed)
             .order_by(TurnRow.created_at, TurnRow.id)
             .limit(limit)
-            .with_for_update(skip_locked=True)
+            .with_for_update(skip_locked=True, key_share=True)
         )
         async with self.db.write() as session:
             rows = list((await session.execute(query)).scalars())
@@ -140,8 +140,11 @@ class LeaseQueries(StoreBase):
         if not turn_ids:
             return set()
         mine = (TurnRow.id.in_(list(turn_ids)), TurnRow.runner == runner, TurnRow.status.in_(ACTIVE_STATUSES))
-        # Locked in id order first, as the journal's group commit locks turns: no cycle of waits.
-        locked = select(TurnRow.id).where(*mine).order_by(TurnRow.id).with_for_update()
+        # Locked in id order first, as the journal's group commit locks turns: no cycle of waits. FOR NO
+        # KEY UPDATE (key_share), what an UPDATE takes anyway: a transaction storing events holds their
+        # turns' keys (the foreign key), and FOR UPDATE would wait on it - deadlock with a journal that
+        # stores events of two turns, which PostgreSQL breaks only after a second.
+        locked = select(TurnRow.id).where(*mine).order_by(TurnRow.id).with_for_update(key_share=True)
         async with self.db.write() as session:
             await session.execute(
                 update(TurnRow)

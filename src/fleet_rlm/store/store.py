@@ -346,7 +346,7 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         async with self.db.write() as session:
             now = utcnow()
             ids = sorted({s.turn_id for s in starts} | {e.turn_id for e in ends})
-            locked = select(TurnRow).where(TurnRow.id.in_(ids)).order_by(TurnRow.id).with_for_update()
+            locked = select(TurnRow).where(TurnRow.id.in_(ids)).order_by(TurnRow.id).with_for_update(key_share=True)
             rows = {row.id: row for row in (await session.execute(locked)).scalars()} if ids else {}
             program = await serving_program(session) if starts else None
             started = await self._start_turns(session, starts, rows, now, _version(program))
@@ -420,7 +420,7 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             if not should_interrupt(turn):
                 continue
             async with self.db.write() as session:
-                row = await session.get(TurnRow, turn.id, with_for_update=True, populate_existing=True)
+                row = await session.get(TurnRow, turn.id, with_for_update={"key_share": True}, populate_existing=True)
                 if row is None or row.status not in ACTIVE_STATUSES or not should_interrupt(TurnRecord.of(row)):
                     continue
                 last = await session.scalar(select(func.max(EventRow.seq)).where(EventRow.turn_id == turn.id))
