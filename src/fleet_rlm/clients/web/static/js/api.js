@@ -89,7 +89,6 @@ function newKey() {
 // Follows a turn's events from after `after`; each event reaches onEvent once, in order. A dropped
 // connection reconnects with a fresh ticket from the last event seen. Returns a handle with close().
 export function follow(turnId, { after = 0, onEvent, onEnd, onRetry }) {
-  let last = after;
   let source = null;
   let closed = false;
   let retries = 0;
@@ -97,16 +96,9 @@ export function follow(turnId, { after = 0, onEvent, onEnd, onRetry }) {
     closed = true;
     if (source) source.close();
   };
+  const events = inOrder(after, { onEvent, onEnd }, stop);
   const deliver = (message) => {
-    const event = JSON.parse(message.data);
-    if (typeof event.seq !== "number" || event.seq <= last) return;
-    last = event.seq;
-    retries = 0;
-    onEvent(event);
-    if (isTerminal(event.type)) {
-      stop();
-      if (onEnd) onEnd(event);
-    }
+    if (events.deliver(JSON.parse(message.data))) retries = 0;
   };
   const open = async () => {
     if (closed) return;
@@ -118,7 +110,7 @@ export function follow(turnId, { after = 0, onEvent, onEnd, onRetry }) {
       return retry();
     }
     if (closed) return;
-    source = new EventSource(`${ticket.url}&after=${last}`);
+    source = new EventSource(`${ticket.url}&after=${events.last()}`);
     for (const type of EVENT_TYPES) source.addEventListener(type, deliver);
     source.addEventListener("error", () => {
       source.close();
@@ -131,7 +123,25 @@ export function follow(turnId, { after = 0, onEvent, onEnd, onRetry }) {
     setTimeout(open, Math.min(250 * 2 ** Math.min(retries, 4), 4000));
   };
   open();
-  return { close: stop, lastSeq: () => last };
+  return { close: stop, lastSeq: events.last };
+}
+
+// Hands each event whose seq follows the last one seen to onEvent, once and in order (a resumed
+// stream may repeat some); after the terminal event, calls stop() and then onEnd. deliver(event)
+// says whether the event was new.
+function inOrder(after, { onEvent, onEnd }, stop) {
+  let last = after;
+  const deliver = (event) => {
+    if (typeof event.seq !== "number" || event.seq <= last) return false;
+    last = event.seq;
+    onEvent(event);
+    if (isTerminal(event.type)) {
+      stop();
+      if (onEnd) onEnd(event);
+    }
+    return true;
+  };
+  return { deliver, last: () => last };
 }
 
 // The data of each complete server-sent event in `buffer` (a frame ends with a blank line; lines end
@@ -177,24 +187,27 @@ export async function submitTurn(sessionId, json) {
 }
 
 function readTurn(turnId, response, abort, { after = 0, onEvent, onEnd, onRetry }) {
-  let last = after;
   let closed = false;
   let rest = null;
+  const stop = () => {
+    closed = true;
+    abort.abort();
+  };
+  const events = inOrder(after, { onEvent, onEnd }, stop);
   const handle = {
     close: () => {
-      closed = true;
-      abort.abort();
+      stop();
       if (rest) rest.close();
     },
-    lastSeq: () => (rest ? rest.lastSeq() : last),
+    lastSeq: () => (rest ? rest.lastSeq() : events.last()),
   };
   const carryOn = () => {
     if (closed) return;
     if (onRetry) onRetry(1);
-    rest = follow(turnId, { after: last, onEvent, onEnd, onRetry });
+    rest = follow(turnId, { after: events.last(), onEvent, onEnd, onRetry });
   };
   if (!response) {
-    if (!closed) rest = follow(turnId, { after, onEvent, onEnd, onRetry });
+    rest = follow(turnId, { after, onEvent, onEnd, onRetry });
     return handle;
   }
   (async () => {
@@ -206,16 +219,8 @@ function readTurn(turnId, response, abort, { after = 0, onEvent, onEnd, onRetry 
       const frames = sseFrames(buffer + value);
       buffer = frames.rest;
       for (const data of frames.data) {
-        const event = JSON.parse(data);
-        if (typeof event.seq !== "number" || event.seq <= last) continue;
-        last = event.seq;
-        onEvent(event);
-        if (isTerminal(event.type)) {
-          closed = true;
-          abort.abort();
-          if (onEnd) onEnd(event);
-          return;
-        }
+        events.deliver(JSON.parse(data));
+        if (closed) return;
       }
     }
   })()
