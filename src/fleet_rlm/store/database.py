@@ -11,6 +11,7 @@ locked", while WAL mode keeps readers unblocked; SQLite statements run on the ev
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,8 +22,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event, make_url, text
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from fleet_rlm.config import ConfigError, Settings
 from fleet_rlm.store.backup import back_up
@@ -31,6 +34,8 @@ from fleet_rlm.store.sqlite_inline import connector
 log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+PING_AFTER_IDLE_SECONDS = 1.0
+"""A pooled PostgreSQL connection idle this long is checked before it is used again."""
 _MIGRATION_LOCK_ID = 0x46_4C_45_45_54  # "FLEET": serializes concurrent migrators on PostgreSQL
 SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
 
@@ -76,9 +81,11 @@ class Database:
             for engine in (self.read_engine, self.write_engine):
                 _configure_sqlite(engine, immediate=engine is self.write_engine)
         else:
-            self.read_engine = self.write_engine = create_async_engine(
-                parsed, pool_size=10, max_overflow=20, pool_pre_ping=True
-            )
+            self.write_engine = create_async_engine(parsed, pool_size=10, max_overflow=20)
+            _ping_after_idle(self.write_engine)
+            # Reads run outside transactions: under READ COMMITTED each statement takes its own snapshot
+            # inside one too, so BEGIN and ROLLBACK would only add two round trips to every read.
+            self.read_engine = self.write_engine.execution_options(isolation_level="AUTOCOMMIT")
         self._reads = async_sessionmaker(self.read_engine, expire_on_commit=False)
         self._writes = async_sessionmaker(self.write_engine, expire_on_commit=False)
 
@@ -131,9 +138,9 @@ class Database:
             await connection.execute(text("SELECT 1"))
 
     async def dispose(self) -> None:
-        await self.read_engine.dispose()
-        if self.write_engine is not self.read_engine:
-            await self.write_engine.dispose()
+        await self.write_engine.dispose()
+        if self.is_sqlite:  # on PostgreSQL the read engine is a view of the write engine's pool
+            await self.read_engine.dispose()
 
 
 def _upgrade(connection: Connection, target: str, sqlite_file: Path | None) -> Path | None:
@@ -155,6 +162,32 @@ def _will_change(config: Config, current: str, target: str) -> bool:
     wanted = script.get_revision(target)
     known = {revision.revision for revision in script.walk_revisions()}
     return current in known and wanted is not None and wanted.revision != current
+
+
+def _ping_after_idle(engine: AsyncEngine) -> None:
+    """Check a pooled connection that sat idle for :data:`PING_AFTER_IDLE_SECONDS` before handing it
+    out (the server may have closed it meanwhile: a restart, an idle timeout); one that was in use
+    moments ago is handed out as it is. ``pool_pre_ping`` checks every checkout, three round trips
+    each on asyncpg (BEGIN, a statement, ROLLBACK), which under load doubled a short transaction's."""
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _on_checkin(_connection: object, record: ConnectionPoolEntry) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(connection: DBAPIConnection, record: ConnectionPoolEntry, _proxy: object) -> None:
+        idle_since = record.info.pop(_IDLE_SINCE, None)
+        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS:
+            return
+        try:
+            connection.ping()
+        except Exception as exc:  # the pool replaces it with a new connection and checks out again
+            raise DisconnectionError(
+                f"a pooled connection idle for {time.monotonic() - idle_since:.0f} s is gone"
+            ) from exc
+
+
+_IDLE_SINCE = "fleet_idle_since"
 
 
 def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
