@@ -141,3 +141,43 @@ async def test_an_admission_check_that_breaks_fails_its_own_submission_only(stor
     assert isinstance(failed, RuntimeError)
     assert isinstance(queued, Queued) and queued.session.id == fine.id
     assert await store.list_turns(broken.id) == []
+
+
+async def test_a_submission_that_takes_its_turn_decides_with_the_runner_keeping_the_sessions_kernel(
+    store: Store,
+) -> None:
+    """The runner of each session's last turn (the one likely keeping its kernel) is read in the batch's
+    transaction: a submission claims its turn, or leaves it queued for that runner, accordingly."""
+    names = ("kept-elsewhere", "kept-here", "interrupted", "new")
+    sessions = {name: await store.create_session(name=name) for name in names}
+    for name, runner, status in (
+        ("kept-elsewhere", "b:2:x", TurnStatus.COMPLETED),
+        ("kept-here", "a:1:x", TurnStatus.FAILED),
+        ("interrupted", "b:2:x", TurnStatus.INTERRUPTED),
+    ):
+        turn, _ = await store.create_turn(sessions[name].id, "earlier", runner=runner, lease_seconds=10)
+        await store.finish_turn(turn.id, status=status, answer="ok")
+    asked: dict[str, str | None] = {}
+    commits = counting_commits(store)
+
+    def take_for(name: str) -> Callable[[str | None], bool]:
+        def take(holder: str | None) -> bool:
+            asked[name] = holder
+            return holder in (None, "a:1:x")
+
+        return take
+
+    answers = await store.create_turns(
+        [NewTurn(name, "next", runner="a:1:x", lease_seconds=10, take=take_for(name)) for name in names]
+    )
+
+    assert len(commits) == 1
+    assert asked == {"kept-elsewhere": "b:2:x", "kept-here": "a:1:x", "interrupted": None, "new": None}
+    runners = {
+        name: answer.turn.runner for name, answer in zip(names, answers, strict=True) if isinstance(answer, Queued)
+    }
+    assert runners == {"kept-elsewhere": None, "kept-here": "a:1:x", "interrupted": "a:1:x", "new": "a:1:x"}
+    queued = answers[0]
+    assert isinstance(queued, Queued)
+    left = await store.get_turn(queued.turn.id)
+    assert (left.status, left.runner, left.lease_expires_at) == (TurnStatus.QUEUED, None, None)

@@ -116,8 +116,9 @@ class TurnOperations(ABC):
         ceilings = self.settings.server.ceilings
         options = submission.options(ceilings)
         # Run here at once when this process has room and no other live process keeps the session's
-        # kernel; otherwise queued for that process, or whichever has room first.
-        here = self.worker is not None and await self._kernel_here_or_nowhere(session_ref) and self.worker.reserve()
+        # kernel (decided as the turn is stored: a read before it made every submission of a burst
+        # wait for a connection); otherwise queued for that process, or whichever has room first.
+        room = self.worker is not None and self.worker.reserve()
 
         def admit(session: SessionRecord) -> None:
             try:  # stored before a ceiling was lowered, say
@@ -129,16 +130,15 @@ class TurnOperations(ABC):
             """Start a turn claimed here, or give the room back; even if the caller went away."""
             if self.worker is None:
                 return
-            if not here:
+            if isinstance(answer, Queued) and answer.created and answer.turn.runner == self.runner:
+                self._start_execution(answer.turn, answer.session, held=True)
+                return
+            if room:
+                self.worker.release()  # wakes the worker too
+            elif isinstance(answer, Queued) and answer.created:
                 # Queued for whoever has room: this process may have some by now (on SQLite no
                 # notification wakes its worker).
-                if isinstance(answer, Queued) and answer.created:
-                    self.worker.wake()
-                return
-            if isinstance(answer, Queued) and answer.created:
-                self._start_execution(answer.turn, answer.session, held=True)
-            else:
-                self.worker.release()
+                self.worker.wake()
 
         new = NewTurn(
             session_ref,
@@ -146,7 +146,8 @@ class TurnOperations(ABC):
             context_paths=context_paths,
             options=options,
             idempotency_key=idempotency_key,
-            runner=self.runner if here else None,
+            runner=self.runner if room else None,
+            take=self._kernel_here_or_nowhere if room and self.kernel_affinity_seconds else None,
             lease_seconds=self.settings.worker.lease_seconds,
             history=submission.history,
             admit=admit,
@@ -154,10 +155,8 @@ class TurnOperations(ABC):
         queued = await self.submissions.create(new, settle)
         return queued.turn, queued.created
 
-    async def _kernel_here_or_nowhere(self, session_ref: str) -> bool:
-        if not self.kernel_affinity_seconds:
-            return True
-        holder = await self.store.kernel_holder(session_ref)
+    def _kernel_here_or_nowhere(self, holder: str | None) -> bool:
+        """Whether a session whose kernel ``holder`` keeps (None: nobody) may run here."""
         return holder is None or holder == self.runner or is_dead(holder, self.runner)
 
     def _run_claimed(self, claimed: Claimed) -> None:

@@ -145,7 +145,11 @@ class NewTurn:
     ``admit``, if given, is called with the session (as read in the transaction that would queue the
     turn) before anything else is decided for it; an error it raises (a
     :class:`~fleet_rlm.store.errors.StoreError` to refuse) is that submission's answer alone, and nothing
-    is queued for it."""
+    is queued for it.
+
+    ``runner`` claims the turn for that runner as it is queued. ``take``, if given, decides it with the
+    runner keeping the session's kernel (that of its last turn, if it ended other than interrupted;
+    None: none), read in the same transaction: False queues the turn unclaimed instead."""
 
     session_ref: str
     message: str
@@ -157,6 +161,7 @@ class NewTurn:
     history: list[tuple[str, str | None]] | None = None
     turn_id: str | None = None
     admit: Callable[[SessionRecord], None] | None = None
+    take: Callable[[str | None], bool] | None = None
 
 
 class Queued(NamedTuple):

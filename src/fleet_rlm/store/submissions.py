@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet_rlm.protocol.events import new_id
@@ -27,7 +27,7 @@ Created = Queued | Exception
 :class:`StoreError` when it was refused)."""
 
 
-def new_turn_row(new: NewTurn, session_id: str, position: int) -> TurnRow:
+def new_turn_row(new: NewTurn, session_id: str, position: int, runner: str | None) -> TurnRow:
     return TurnRow(
         id=new.turn_id or new_id("turn"),
         session_id=session_id,
@@ -39,8 +39,8 @@ def new_turn_row(new: NewTurn, session_id: str, position: int) -> TurnRow:
         usage={},
         artifacts=[],
         idempotency_key=new.idempotency_key,
-        runner=new.runner,
-        lease_expires_at=lease_end(new.lease_seconds) if new.runner and new.lease_seconds else None,
+        runner=runner,
+        lease_expires_at=lease_end(new.lease_seconds) if runner and new.lease_seconds else None,
         history=[list(pair) for pair in new.history] if new.history is not None else None,
     )
 
@@ -66,6 +66,9 @@ class _Batch:
     active: dict[str, TurnRow]
     keyed: dict[tuple[str, str], TurnRow]
     last: dict[str, int]
+    kernel_holders: dict[str, str]
+    """The runner of each session's last turn, if it ended other than interrupted (it likely keeps the
+    session's kernel); read only for a session with no active turn, the one case a turn is queued in."""
 
 
 async def _read(session: AsyncSession, news: Sequence[NewTurn]) -> _Batch:
@@ -80,22 +83,36 @@ async def _read(session: AsyncSession, news: Sequence[NewTurn]) -> _Batch:
             sessions.setdefault(row.name, row)  # an id wins over another session's name
     ids = {row.id for row in sessions.values()}
     if not ids:
-        return _Batch(sessions, {}, {}, {})
+        return _Batch(sessions, {}, {}, {}, {})
     keys = {new.idempotency_key for new in news if new.idempotency_key is not None}
     wanted: ColumnElement[bool] = TurnRow.status.in_(ACTIVE_STATUSES)
     if keys:
         wanted = or_(wanted, TurnRow.idempotency_key.in_(keys))
     turns = (await session.execute(select(TurnRow).where(TurnRow.session_id.in_(ids), wanted))).scalars().all()
-    last_positions = await session.execute(
-        select(TurnRow.session_id, func.max(TurnRow.position))
+    positions = (
+        select(TurnRow.session_id, func.max(TurnRow.position).label("position"))
         .where(TurnRow.session_id.in_(ids))
         .group_by(TurnRow.session_id)
+        .subquery()
     )
+    last_turns = (
+        await session.execute(
+            select(TurnRow.session_id, TurnRow.position, TurnRow.runner, TurnRow.status).join(
+                positions,
+                and_(TurnRow.session_id == positions.c.session_id, TurnRow.position == positions.c.position),
+            )
+        )
+    ).all()
     return _Batch(
         sessions,
         {turn.session_id: turn for turn in turns if turn.status in ACTIVE_STATUSES},
         {(turn.session_id, turn.idempotency_key): turn for turn in turns if turn.idempotency_key is not None},
-        {session_id: position or 0 for session_id, position in last_positions.all()},
+        {last.session_id: last.position for last in last_turns},
+        {
+            last.session_id: last.runner
+            for last in last_turns
+            if last.runner is not None and last.status not in (*ACTIVE_STATUSES, TurnStatus.INTERRUPTED)
+        },
     )
 
 
@@ -123,7 +140,10 @@ async def create_together(session: AsyncSession, news: Sequence[NewTurn]) -> tup
             answers.append(in_progress(active, new.session_ref))
             continue
         position = batch.last.get(sess.id, 0) + 1
-        row = new_turn_row(new, sess.id, position)
+        runner = new.runner
+        if runner is not None and new.take is not None and not new.take(batch.kernel_holders.get(sess.id)):
+            runner = None  # queued for whoever claims it: the process keeping the session's kernel, first
+        row = new_turn_row(new, sess.id, position, runner)
         session.add(row)
         sess.updated_at = utcnow()
         batch.last[sess.id] = position
