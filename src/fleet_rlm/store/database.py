@@ -23,7 +23,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import event, make_url, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.exc import ArgumentError, DisconnectionError
+from sqlalchemy.exc import ArgumentError, InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
@@ -181,8 +181,8 @@ def _ping_after_idle(engine: AsyncEngine) -> None:
             return
         try:
             connection.ping()
-        except Exception as exc:  # the pool replaces it with a new connection and checks out again
-            raise DisconnectionError(
+        except Exception as exc:  # the server likely restarted: the pool replaces all it holds, as pre-ping does
+            raise InvalidatePoolError(
                 f"a pooled connection idle for {time.monotonic() - idle_since:.0f} s is gone"
             ) from exc
 
