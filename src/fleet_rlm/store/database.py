@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 PING_AFTER_IDLE_SECONDS = 1.0
 """A pooled PostgreSQL connection idle this long is checked before it is used again."""
+_IDLE_SINCE = "fleet_idle_since"
 _MIGRATION_LOCK_ID = 0x46_4C_45_45_54  # "FLEET": serializes concurrent migrators on PostgreSQL
 SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
 
@@ -185,9 +186,6 @@ def _ping_after_idle(engine: AsyncEngine) -> None:
             raise InvalidatePoolError(
                 f"a pooled connection idle for {time.monotonic() - idle_since:.0f} s is gone"
             ) from exc
-
-
-_IDLE_SINCE = "fleet_idle_since"
 
 
 def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:

@@ -28,6 +28,12 @@ def lease_end(seconds: float) -> dt.datetime:
     return utcnow() + dt.timedelta(seconds=seconds)
 
 
+def kernel_kept_by(runner: str | None, status: TurnStatus) -> str | None:
+    """The runner likely keeping a session's kernel, from its last ended turn's runner and status: the
+    one that ran it, unless it ended interrupted (:func:`held_elsewhere` is the same rule in SQL)."""
+    return None if status is TurnStatus.INTERRUPTED else runner
+
+
 def held_elsewhere(runner: str) -> Any:
     """Whether the previous turn of a turn's session ran on a runner other than ``runner`` and ended
     other than interrupted (a condition on ``TurnRow``)."""
@@ -130,10 +136,7 @@ class LeaseQueries(StoreBase):
         )
         async with self.db.read() as session:
             last = (await session.execute(query)).first()
-        if last is None or last.status is TurnStatus.INTERRUPTED:
-            return None
-        holder: str | None = last.runner
-        return holder
+        return None if last is None else kernel_kept_by(last.runner, last.status)
 
     async def renew_leases(self, runner: str, turn_ids: Collection[str], lease_seconds: float) -> set[str]:
         """Extend ``runner``'s leases on ``turn_ids``; returns those of them a cancel was asked for."""

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from fleet_rlm.protocol.events import new_id
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound
-from fleet_rlm.store.leases import lease_end
+from fleet_rlm.store.leases import kernel_kept_by, lease_end
 from fleet_rlm.store.records import NewTurn, Queued, SessionRecord, TurnRecord
 from fleet_rlm.store.tables import SessionRow, TurnRow, utcnow
 
@@ -67,8 +67,8 @@ class _Batch:
     keyed: dict[tuple[str, str], TurnRow]
     last: dict[str, int]
     kernel_holders: dict[str, str]
-    """The runner of each session's last turn, if it ended other than interrupted (it likely keeps the
-    session's kernel); read only for a session with no active turn, the one case a turn is queued in."""
+    """Who likely keeps each session's kernel (:func:`kernel_kept_by` of its last turn); consulted only
+    for a session with no active turn, the one case a turn is queued in."""
 
 
 async def _read(session: AsyncSession, news: Sequence[NewTurn]) -> _Batch:
@@ -108,11 +108,7 @@ async def _read(session: AsyncSession, news: Sequence[NewTurn]) -> _Batch:
         {turn.session_id: turn for turn in turns if turn.status in ACTIVE_STATUSES},
         {(turn.session_id, turn.idempotency_key): turn for turn in turns if turn.idempotency_key is not None},
         {last.session_id: last.position for last in last_turns},
-        {
-            last.session_id: last.runner
-            for last in last_turns
-            if last.runner is not None and last.status not in (*ACTIVE_STATUSES, TurnStatus.INTERRUPTED)
-        },
+        {last.session_id: holder for last in last_turns if (holder := kernel_kept_by(last.runner, last.status))},
     )
 
 
