@@ -197,6 +197,7 @@ async def test_a_reader_of_a_queued_turn_sees_it_start_at_once_even_when_it_star
     """A queued turn's reader finds nothing stored and waits to be woken; a turn that starts while the
     reader reads the store must still wake it (not leave it for the next poll)."""
     monkeypatch.setattr(turns, "STORED_POLL_SECONDS", 600.0)
+    monkeypatch.setattr(turns, "QUEUED_POLL_SECONDS", 600.0)
     settings = make_settings(max_running_turns=1)
     service = FleetService(settings, database=Database(str(settings.database_url)))
     await service.start()
@@ -224,6 +225,43 @@ async def test_a_reader_of_a_queued_turn_sees_it_start_at_once_even_when_it_star
         stream = await service.events(waiting.id)
         first = await asyncio.wait_for(anext(aiter(stream)), 30)
         assert reads == [waiting.id] and first.type is EventType.TURN_STARTED  # one read: the turn with its events
+        assert (await service.wait_for_turn(waiting.id)).answer == "my turn"
+    finally:
+        await service.stop()
+
+
+async def test_a_reader_of_a_queued_turn_waits_without_rereading_the_store_and_sees_its_start_at_once(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a burst dozens of streams wait for room: each reads its queued turn once, then waits to be
+    woken by the turn's start (not re-reading it every half second)."""
+    settings = make_settings(max_running_turns=1)
+    service = FleetService(settings, database=Database(str(settings.database_url)))
+    await service.start()
+    try:
+        for name in ("a", "b"):
+            await service.create_session(name=name)
+        model_server.script("root", rlm_step("Slow.", SLOW))
+        running, _ = await service.submit_turn("a", TurnSubmission(message="slow"))
+        await wait_for_output(service, running.id, "started")
+        model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='my turn')"))
+        waiting, _ = await service.submit_turn("b", TurnSubmission(message="waits"))
+        turn_and_events = service.store.turn_and_events
+        reads: list[str] = []
+
+        async def counted(turn_id: str, after_seq: int, *, limit: int) -> tuple[TurnRecord, list[Event]]:
+            reads.append(turn_id)
+            return await turn_and_events(turn_id, after_seq, limit=limit)
+
+        monkeypatch.setattr(service.store, "turn_and_events", counted)
+        stream = aiter(await service.events(waiting.id))
+        first = asyncio.ensure_future(anext(stream))
+        await asyncio.sleep(2 * turns.STORED_POLL_SECONDS + 0.5)
+        assert not first.done() and reads == [waiting.id]
+
+        await service.cancel_turn(running.id)  # the queued turn starts in its place
+        assert (await asyncio.wait_for(first, 30)).type is EventType.TURN_STARTED
+        assert reads == [waiting.id]
         assert (await service.wait_for_turn(waiting.id)).answer == "my turn"
     finally:
         await service.stop()

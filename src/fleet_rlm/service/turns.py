@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleet_rlm.config import Ceilings, Settings
 from fleet_rlm.protocol.events import Event
+from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.channel import FOLLOW_BATCH, ChannelRegistry
 from fleet_rlm.service.engines import TurnEngine
 from fleet_rlm.service.execution import TurnExecution, TurnPlan
@@ -49,6 +50,16 @@ log = logging.getLogger(__name__)
 
 STORED_POLL_SECONDS = 0.5
 """How often a reader of a turn another process runs looks at the store when no notification woke it."""
+QUEUED_POLL_SECONDS = 5.0
+"""The same for a turn still queued: its start or its interruption, wherever it happens, wakes its
+readers (a local wake-up, or a notification from the process that claimed it), so this poll is only
+the safety net; under a burst dozens of streams wait for room, and at the running pace their reads
+were a quarter of a busy server's event loop."""
+
+
+def _poll_seconds(turn: TurnRecord) -> float:
+    """How long a reader of ``turn`` (as read just now) waits for a wake-up before reading it again."""
+    return QUEUED_POLL_SECONDS if turn.status == TurnStatus.QUEUED else STORED_POLL_SECONDS
 
 
 @dataclass
@@ -285,7 +296,7 @@ class TurnOperations(ABC):
                 # whose progress we can only poll.
                 if not turn.active and self.channels.get(turn_id) is None:
                     return
-                await watch.wait(STORED_POLL_SECONDS)
+                await watch.wait(_poll_seconds(turn))
 
     async def stored_events(self, turn_id: str, *, limit: int) -> list[Event]:
         """The turn's events stored so far, the first ``limit``, without following it; raises NotFound."""
@@ -325,7 +336,7 @@ class TurnOperations(ABC):
                 if not turn.active:
                     return turn
                 if turn_id not in self.executions:  # queued for a worker, or run by another process
-                    await watch.wait(STORED_POLL_SECONDS)
+                    await watch.wait(_poll_seconds(turn))
 
     def _cancel_here(self, turn_id: str) -> None:
         """Cancel the turn if this process runs it (a cancel asked of another process)."""
