@@ -129,20 +129,24 @@ async def test_a_connection_closed_under_the_pool_is_replaced(embedded: tuple[St
 async def test_a_stale_snapshot_fails_at_once(embedded: tuple[Store, Path]) -> None:
     store, path = embedded
     await store.create_session(name="read-first")
-    async with store.db.read_engine.connect() as connection:  # its transaction begins (deferred) here
-        assert (await connection.execute(text("SELECT count(*) FROM sessions"))).scalar() == 1
-        other = sqlite3.connect(path, isolation_level=None)
-        other.execute("UPDATE sessions SET title = 'committed meanwhile'")
-        other.close()
-        started = time.monotonic()
-        with pytest.raises(OperationalError, match="database is locked"):
-            await connection.execute(text("UPDATE sessions SET title = 'over a stale snapshot'"))
-        assert time.monotonic() - started < sqlite_inline.BUSY_SECONDS / 10
+    async with store.db.read_engine.connect() as connection:  # reads run outside transactions: begin one
+        await connection.exec_driver_sql("BEGIN")
+        try:
+            assert (await connection.execute(text("SELECT count(*) FROM sessions"))).scalar() == 1
+            other = sqlite3.connect(path, isolation_level=None)
+            other.execute("UPDATE sessions SET title = 'committed meanwhile'")
+            other.close()
+            started = time.monotonic()
+            with pytest.raises(OperationalError, match="database is locked"):
+                await connection.execute(text("UPDATE sessions SET title = 'over a stale snapshot'"))
+            assert time.monotonic() - started < sqlite_inline.BUSY_SECONDS / 10
+        finally:
+            await connection.exec_driver_sql("ROLLBACK")
     assert (await store.get_session("read-first")).title == "committed meanwhile"
 
 
 async def test_a_connections_isolation_level_can_be_changed(embedded: tuple[Store, Path]) -> None:
     store, _ = embedded
-    async with store.db.read_engine.connect() as connection:
-        autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
-        assert (await autocommit.execute(text("SELECT 1"))).scalar() == 1
+    async with store.db.read_engine.connect() as connection:  # reads are in autocommit mode
+        serializable = await connection.execution_options(isolation_level="SERIALIZABLE")
+        assert (await serializable.execute(text("SELECT 1"))).scalar() == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Row, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet_rlm.protocol.events import Event, EventType
@@ -26,7 +26,8 @@ def event_row(event: Event) -> dict[str, Any]:
     }
 
 
-def event_of(row: EventRow) -> Event:
+def event_of(row: EventRow | Row[Any]) -> Event:
+    """The event of a stored row (mapped, or as a Core statement returns it)."""
     return Event(
         type=EventType(row.type),
         seq=row.seq,

@@ -18,7 +18,7 @@ from enum import StrEnum
 
 import asyncpg
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from fleet_rlm.logs import FailureLog
 from fleet_rlm.store.database import Database
@@ -41,7 +41,9 @@ Handler = Callable[[str], None]
 """Called on the event loop with a notification's payload."""
 
 
-async def notify(db: Database, session: AsyncSession, channel: Channel, payloads: Iterable[str]) -> None:
+async def notify(
+    db: Database, session: AsyncSession | AsyncConnection, channel: Channel, payloads: Iterable[str]
+) -> None:
     """Send ``payloads`` on ``channel`` when ``session``'s transaction commits (PostgreSQL only)."""
     if db.is_sqlite:
         return

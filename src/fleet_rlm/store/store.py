@@ -46,7 +46,7 @@ from fleet_rlm.store.records import (
     row_values,
 )
 from fleet_rlm.store.submissions import Created, create_together
-from fleet_rlm.store.tables import EventRow, SessionRow, TurnRow, utcnow
+from fleet_rlm.store.tables import EVENTS, TURNS, EventRow, SessionRow, TurnRow, utcnow
 
 
 def _version(program: ProgramRecord | None) -> str:
@@ -238,8 +238,8 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         return answers
 
     async def get_turn(self, turn_id: str) -> TurnRecord:
-        async with self.db.read() as session:
-            row = await session.get(TurnRow, turn_id)
+        async with self.db.read_connection() as connection:
+            row = (await connection.execute(select(TURNS).where(TURNS.c.id == turn_id))).one_or_none()
             if row is None:
                 raise NotFound("turn", turn_id)
             return TurnRecord.of(row)
@@ -376,7 +376,7 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
                 sessions.add(row.session_id)
                 results.append(TurnRecord.of(row))
             if rows_to_insert:
-                await session.execute(insert(EventRow), rows_to_insert)
+                await session.execute(insert(EVENTS), rows_to_insert)
             if sessions:
                 await session.execute(update(SessionRow).where(SessionRow.id.in_(sessions)).values(updated_at=now))
             ended = [r.id for r in results if isinstance(r, TurnRecord)]

@@ -10,7 +10,7 @@ metadata. Timestamps are timezone-aware UTC on every backend. Changing a table m
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -25,6 +25,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     TypeDecorator,
     UniqueConstraint,
@@ -263,3 +264,9 @@ class ProgramRow(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
     approved_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
     retired_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime())
+
+
+EVENTS = cast(Table, EventRow.__table__)
+"""The events table, for Core statements (:meth:`fleet_rlm.store.Database.write_connection`)."""
+TURNS = cast(Table, TurnRow.__table__)
+"""The turns table, for Core statements."""
