@@ -267,6 +267,38 @@ async def test_a_reader_of_a_queued_turn_waits_without_rereading_the_store_and_s
         await service.stop()
 
 
+async def test_a_reader_of_a_queued_turn_sees_it_start_in_another_process_sharing_the_embedded_database(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite nothing tells this process that another one on the same file claimed and started a
+    queued turn: the one read that looks at every queued turn being waited on does, within a second,
+    not the readers' own 5 s safety net."""
+    monkeypatch.setattr(turns, "QUEUED_POLL_SECONDS", 600.0)
+    settings = make_settings()
+    if not str(settings.database_url).startswith("sqlite"):
+        pytest.skip("on PostgreSQL the other process's start is notified")
+    reader = FleetService(settings, database=Database(str(settings.database_url)))
+    await reader.start(run_turns=False)  # runs no turns itself, as a process that only serves
+    running: FleetService | None = None
+    try:
+        await reader.create_session(name="a")
+        model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='run elsewhere')"))
+        waiting, _ = await reader.submit_turn("a", TurnSubmission(message="waits"))
+        stream = aiter(await reader.events(waiting.id))
+        first = asyncio.ensure_future(anext(stream))
+        await asyncio.sleep(0.2)
+        assert not first.done()
+
+        running = FleetService(settings, database=Database(str(settings.database_url)))
+        await running.start()  # its worker claims the queued turn and starts it
+        assert (await asyncio.wait_for(first, 10)).type is EventType.TURN_STARTED
+        assert (await running.wait_for_turn(waiting.id)).answer == "run elsewhere"
+    finally:
+        if running is not None:
+            await running.stop()
+        await reader.stop()
+
+
 @pytest.fixture
 async def held_service(
     make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch

@@ -176,3 +176,13 @@ async def test_a_turn_after_an_interrupted_one_goes_to_anyone_at_once(store: Sto
     assert await store.kernel_holder((await store.get_turn(second)).session_id) is None
     claimed = await store.claim_turn("b:1:x", 10, affinity_seconds=60)
     assert claimed is not None and claimed.id == second
+
+
+async def test_still_queued_names_the_turns_not_yet_started_even_claimed_ones_and_not_those_gone(store: Store) -> None:
+    ids = await queued(store, 4)
+    claimed = await store.claim_turns("w:1:x", 10, limit=2)
+    assert [c.turn.id for c in claimed] == ids[:2]
+    assert await store.mark_running(ids[0])
+    assert await store.still_queued([*ids, "turn_gone"]) == set(ids[1:])
+    many = [f"turn_{index}" for index in range(1200)]  # more than one read's worth
+    assert await store.still_queued([*many, ids[3]]) == {ids[3]}

@@ -111,7 +111,7 @@ class FleetService(TurnOperations):
         self._cleanups: set[asyncio.Task[None]] = set()
         self.tracer = tracer if tracer is not None else configured_tracer(settings)
         self._kernels: KernelRegistry | None = None
-        self.wakeups = Wakeups()
+        self.wakeups = Wakeups(self.store.still_queued)
         self.worker: TurnWorker | None = None
         self.engine: TurnEngine = OwnThreads()
         self._leases: LeaseKeeper | None = None
@@ -253,6 +253,7 @@ class FleetService(TurnOperations):
         if self._cleanups:
             await asyncio.wait(list(self._cleanups), timeout=SHUTDOWN_GRACE_SECONDS)
         await self.journal.close()
+        await self.wakeups.close()
         if self._leases is not None:
             await self._leases.close()
         if self._listener is not None:

@@ -28,7 +28,7 @@ from fleet_rlm.service.overrides import check_session_settings, effective_settin
 from fleet_rlm.service.pool import SandboxPool
 from fleet_rlm.service.runners import is_dead
 from fleet_rlm.service.submissions import SubmissionQueue
-from fleet_rlm.service.wakeups import Wakeups
+from fleet_rlm.service.wakeups import Wakeups, Watch
 from fleet_rlm.service.worker import TurnWorker
 from fleet_rlm.service.writer import EventJournal
 from fleet_rlm.store import (
@@ -51,15 +51,10 @@ log = logging.getLogger(__name__)
 STORED_POLL_SECONDS = 0.5
 """How often a reader of a turn another process runs looks at the store when no notification woke it."""
 QUEUED_POLL_SECONDS = 5.0
-"""The same for a turn still queued: its start or its interruption, wherever it happens, wakes its
-readers (a local wake-up, or a notification from the process that claimed it), so this poll is only
-the safety net; under a burst dozens of streams wait for room, and at the running pace their reads
-were a quarter of a busy server's event loop."""
-
-
-def _poll_seconds(turn: TurnRecord) -> float:
-    """How long a reader of ``turn`` (as read just now) waits for a wake-up before reading it again."""
-    return QUEUED_POLL_SECONDS if turn.status == TurnStatus.QUEUED else STORED_POLL_SECONDS
+"""The same for a turn still queued: its readers are woken when it starts or ends, by this process, by
+a notification, or by the one read that looks at every queued turn being waited on
+(:meth:`Wakeups.while_queued`), so this is only the last safety net. Under a burst dozens of streams
+wait for room: each reading its turn every half second took a quarter of a busy server's event loop."""
 
 
 @dataclass
@@ -296,7 +291,15 @@ class TurnOperations(ABC):
                 # whose progress we can only poll.
                 if not turn.active and self.channels.get(turn_id) is None:
                     return
-                await watch.wait(_poll_seconds(turn))
+                await self._wait_for_news(turn, watch)
+
+    async def _wait_for_news(self, turn: TurnRecord, watch: Watch) -> None:
+        """Until ``turn`` (as just read) was woken, or its poll interval passed."""
+        if turn.status != TurnStatus.QUEUED:
+            await watch.wait(STORED_POLL_SECONDS)
+            return
+        with self.wakeups.while_queued(turn.id):
+            await watch.wait(QUEUED_POLL_SECONDS)
 
     async def stored_events(self, turn_id: str, *, limit: int) -> list[Event]:
         """The turn's events stored so far, the first ``limit``, without following it; raises NotFound."""
@@ -336,7 +339,7 @@ class TurnOperations(ABC):
                 if not turn.active:
                     return turn
                 if turn_id not in self.executions:  # queued for a worker, or run by another process
-                    await watch.wait(_poll_seconds(turn))
+                    await self._wait_for_news(turn, watch)
 
     def _cancel_here(self, turn_id: str) -> None:
         """Cancel the turn if this process runs it (a cancel asked of another process)."""
