@@ -41,6 +41,21 @@ async def wait_for_output(service: FleetService, turn_id: str, text: str) -> lis
     raise AssertionError("stream ended")
 
 
+async def one_running_one_queued(
+    service: FleetService, model_server: ScriptedModelServer
+) -> tuple[TurnRecord, TurnRecord]:
+    """In a service with room for one turn: a slow turn running (session a), a quick one queued behind it
+    (session b, answering 'my turn' once it runs)."""
+    for name in ("a", "b"):
+        await service.create_session(name=name)
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    running, _ = await service.submit_turn("a", TurnSubmission(message="slow"))
+    await wait_for_output(service, running.id, "started")
+    model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='my turn')"))
+    waiting, _ = await service.submit_turn("b", TurnSubmission(message="waits"))
+    return running, waiting
+
+
 async def test_cancel_stops_a_running_turn_and_commits_no_files(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
@@ -202,13 +217,7 @@ async def test_a_reader_of_a_queued_turn_sees_it_start_at_once_even_when_it_star
     service = FleetService(settings, database=Database(str(settings.database_url)))
     await service.start()
     try:
-        for name in ("a", "b"):
-            await service.create_session(name=name)
-        model_server.script("root", rlm_step("Slow.", SLOW))
-        running, _ = await service.submit_turn("a", TurnSubmission(message="slow"))
-        await wait_for_output(service, running.id, "started")
-        model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='my turn')"))
-        waiting, _ = await service.submit_turn("b", TurnSubmission(message="waits"))
+        running, waiting = await one_running_one_queued(service, model_server)
         turn_and_events = service.store.turn_and_events
         reads: list[str] = []
 
@@ -239,13 +248,7 @@ async def test_a_reader_of_a_queued_turn_waits_without_rereading_the_store_and_s
     service = FleetService(settings, database=Database(str(settings.database_url)))
     await service.start()
     try:
-        for name in ("a", "b"):
-            await service.create_session(name=name)
-        model_server.script("root", rlm_step("Slow.", SLOW))
-        running, _ = await service.submit_turn("a", TurnSubmission(message="slow"))
-        await wait_for_output(service, running.id, "started")
-        model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='my turn')"))
-        waiting, _ = await service.submit_turn("b", TurnSubmission(message="waits"))
+        running, waiting = await one_running_one_queued(service, model_server)
         turn_and_events = service.store.turn_and_events
         reads: list[str] = []
 
