@@ -76,5 +76,5 @@ async def test_a_failed_read_is_logged_and_the_next_one_still_wakes(
     queue.queued.clear()
     with waking.watch("a") as a, waking.while_queued("a"):
         await asyncio.wait_for(a.woken.wait(), 5)
-    assert "could not look at 1 queued turns" in caplog.text
+    assert "looking at the queued turns streams wait on failed" in caplog.text
     await waking.close()

@@ -22,6 +22,8 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
+from fleet_rlm.logs import FailureLog
+
 log = logging.getLogger(__name__)
 
 QUEUED_LOOK_SECONDS = 0.5
@@ -50,6 +52,7 @@ class Wakeups:
         self._queued: Counter[str] = Counter()
         self._looking: asyncio.Task[None] | None = None
         self._closed = False
+        self._looking_failed = FailureLog(log, "looking at the queued turns streams wait on")
 
     @contextlib.contextmanager
     def watch(self, turn_id: str) -> Iterator[Watch]:
@@ -84,7 +87,7 @@ class Wakeups:
             yield
         finally:
             self._queued[turn_id] -= 1
-            if self._queued[turn_id] <= 0:
+            if self._queued[turn_id] == 0:
                 del self._queued[turn_id]
 
     async def _look_at_queued(self) -> None:
@@ -95,9 +98,10 @@ class Wakeups:
                 return
             try:
                 still = await self._still_queued(turn_ids)
-            except Exception as exc:  # the readers' own polls are the fallback
-                log.warning("could not look at %d queued turns: %s", len(turn_ids), exc)
+            except Exception:  # the readers' own polls are the fallback
+                self._looking_failed.failed()
                 continue
+            self._looking_failed.succeeded()
             for turn_id in turn_ids:
                 if turn_id not in still:
                     self.wake(turn_id)

@@ -8,7 +8,6 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleet_rlm.protocol.events import Event
-from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.store.base import StoreBase, event_of, event_row
 from fleet_rlm.store.errors import NotFound
 from fleet_rlm.store.notify import Channel, notify
@@ -26,16 +25,6 @@ class EventQueries(StoreBase):
     async def events_after(self, turn_id: str, after_seq: int = 0, *, limit: int = 1000) -> list[Event]:
         async with self.db.read_connection() as connection:
             return await _events_after(connection, turn_id, after_seq, limit)
-
-    async def still_queued(self, turn_ids: Sequence[str]) -> set[str]:
-        """Those of ``turn_ids`` that are queued (one read per 500 of them)."""
-        queued: set[str] = set()
-        async with self.db.read_connection() as connection:
-            for start in range(0, len(turn_ids), 500):
-                chunk = list(turn_ids[start : start + 500])
-                query = select(TURNS.c.id).where(TURNS.c.id.in_(chunk), TURNS.c.status == TurnStatus.QUEUED)
-                queued.update(await connection.scalars(query))
-        return queued
 
     async def turn_and_events(self, turn_id: str, after_seq: int, *, limit: int) -> tuple[TurnRecord, list[Event]]:
         """The turn and its events after ``after_seq`` (the first ``limit``), in one read: the turn first,

@@ -10,7 +10,7 @@ unique index), so claiming the oldest queued turn first keeps each session's tur
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import exists, or_, select, update
@@ -21,7 +21,7 @@ from fleet_rlm.store.base import StoreBase
 from fleet_rlm.store.errors import NotFound
 from fleet_rlm.store.notify import Channel, notify
 from fleet_rlm.store.records import Claimed, SessionRecord, TurnRecord
-from fleet_rlm.store.tables import SessionRow, TurnRow, utcnow
+from fleet_rlm.store.tables import TURNS, SessionRow, TurnRow, utcnow
 
 
 def lease_end(seconds: float) -> dt.datetime:
@@ -110,6 +110,16 @@ class LeaseQueries(StoreBase):
             wanted = select(SessionRow).where(SessionRow.id.in_({row.session_id for row in rows}))
             sessions = {found.id: SessionRecord.of(found) for found in (await session.execute(wanted)).scalars()}
             return [Claimed(TurnRecord.of(row), sessions[row.session_id]) for row in rows]
+
+    async def still_queued(self, turn_ids: Sequence[str]) -> set[str]:
+        """Those of ``turn_ids`` still queued (claimed or not), read by id, 500 at a time (filtered here:
+        with ``status`` in the query SQLite would scan every queued turn through its status index)."""
+        queued: set[str] = set()
+        async with self.db.read_connection() as connection:
+            for start in range(0, len(turn_ids), 500):
+                query = select(TURNS.c.id, TURNS.c.status).where(TURNS.c.id.in_(turn_ids[start : start + 500]))
+                queued.update(row.id for row in await connection.execute(query) if row.status is TurnStatus.QUEUED)
+        return queued
 
     async def unclaim_turns(self, runner: str, turn_ids: Collection[str]) -> None:
         """Give back ``runner``'s claims on those of ``turn_ids`` it has not started (still queued), and
