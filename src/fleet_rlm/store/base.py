@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Row, delete, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.store.database import Database
 from fleet_rlm.store.errors import Invalid, NotFound
-from fleet_rlm.store.records import FileChanges
-from fleet_rlm.store.tables import FILE_ORIGINS, EventRow, FileRow, SessionRow, utcnow
+from fleet_rlm.store.records import FileChanges, TurnRecord
+from fleet_rlm.store.tables import FILE_ORIGINS, TURNS, EventRow, FileRow, SessionRow, utcnow
 
 
 def event_row(event: Event) -> dict[str, Any]:
@@ -37,6 +37,14 @@ def event_of(row: EventRow | Row[Any]) -> Event:
         parent_span_id=row.parent_span_id,
         data=dict(row.data or {}),
     )
+
+
+async def read_turn(connection: AsyncConnection, turn_id: str) -> TurnRecord:
+    """The turn ``turn_id`` as stored (a Core read); raises NotFound."""
+    row = (await connection.execute(select(TURNS).where(TURNS.c.id == turn_id))).one_or_none()
+    if row is None:
+        raise NotFound("turn", turn_id)
+    return TurnRecord.of(row)
 
 
 class StoreBase:

@@ -8,11 +8,10 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleet_rlm.protocol.events import Event
-from fleet_rlm.store.base import StoreBase, event_of, event_row
-from fleet_rlm.store.errors import NotFound
+from fleet_rlm.store.base import StoreBase, event_of, event_row, read_turn
 from fleet_rlm.store.notify import Channel, notify
 from fleet_rlm.store.records import TurnRecord
-from fleet_rlm.store.tables import EVENTS, TURNS
+from fleet_rlm.store.tables import EVENTS
 
 
 class EventQueries(StoreBase):
@@ -30,10 +29,7 @@ class EventQueries(StoreBase):
         """The turn and its events after ``after_seq`` (the first ``limit``), in one read: the turn first,
         so when it has ended, every event it stored is among those read. Raises NotFound."""
         async with self.db.read_connection() as connection:
-            row = (await connection.execute(select(TURNS).where(TURNS.c.id == turn_id))).one_or_none()
-            if row is None:
-                raise NotFound("turn", turn_id)
-            return TurnRecord.of(row), await _events_after(connection, turn_id, after_seq, limit)
+            return await read_turn(connection, turn_id), await _events_after(connection, turn_id, after_seq, limit)
 
 
 async def _events_after(connection: AsyncConnection, turn_id: str, after_seq: int, limit: int) -> list[Event]:
