@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -20,8 +20,9 @@ from fleet_rlm.sandbox import registry
 from fleet_rlm.service import turns
 from fleet_rlm.service.pool import LIFECYCLE_THREADS
 from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.stored_reads import Read
 from fleet_rlm.service.turns import TurnSubmission
-from fleet_rlm.store import Conflict, Database, Store, TurnCommit, TurnRecord
+from fleet_rlm.store import Conflict, Database, NotFound, Store, TurnCommit, TurnRecord
 from fleet_rlm.testing.backends import HeldStartBackend
 
 from .conftest import SettingsFactory
@@ -218,19 +219,19 @@ async def test_a_reader_of_a_queued_turn_sees_it_start_at_once_even_when_it_star
     await service.start()
     try:
         running, waiting = await one_running_one_queued(service, model_server)
-        turn_and_events = service.store.turn_and_events
+        turns_and_events = service.store.turns_and_events
         reads: list[str] = []
 
-        async def start_it_meanwhile(turn_id: str, after_seq: int, *, limit: int) -> tuple[TurnRecord, list[Event]]:
-            read = await turn_and_events(turn_id, after_seq, limit=limit)
-            reads.append(turn_id)
-            if turn_id == waiting.id and len(reads) == 1:
+        async def start_it_meanwhile(readings: Sequence[tuple[str, int]], *, limit: int) -> list[Read | NotFound]:
+            read = await turns_and_events(readings, limit=limit)
+            reads.extend(turn_id for turn_id, _ in readings)
+            if reads == [waiting.id]:
                 await service.cancel_turn(running.id)  # the queued turn starts in its place
                 while service.channels.get(waiting.id) is None:
                     await asyncio.sleep(0.01)
             return read
 
-        monkeypatch.setattr(service.store, "turn_and_events", start_it_meanwhile)
+        monkeypatch.setattr(service.store, "turns_and_events", start_it_meanwhile)
         stream = await service.events(waiting.id)
         first = await asyncio.wait_for(anext(aiter(stream)), 30)
         assert reads == [waiting.id] and first.type is EventType.TURN_STARTED  # one read: the turn with its events
@@ -249,14 +250,14 @@ async def test_a_reader_of_a_queued_turn_waits_without_rereading_the_store_and_s
     await service.start()
     try:
         running, waiting = await one_running_one_queued(service, model_server)
-        turn_and_events = service.store.turn_and_events
+        turns_and_events = service.store.turns_and_events
         reads: list[str] = []
 
-        async def counted(turn_id: str, after_seq: int, *, limit: int) -> tuple[TurnRecord, list[Event]]:
-            reads.append(turn_id)
-            return await turn_and_events(turn_id, after_seq, limit=limit)
+        async def counted(readings: Sequence[tuple[str, int]], *, limit: int) -> list[Read | NotFound]:
+            reads.extend(turn_id for turn_id, _ in readings)
+            return await turns_and_events(readings, limit=limit)
 
-        monkeypatch.setattr(service.store, "turn_and_events", counted)
+        monkeypatch.setattr(service.store, "turns_and_events", counted)
         stream = aiter(await service.events(waiting.id))
         first = asyncio.ensure_future(anext(stream))
         await asyncio.sleep(2 * turns.STORED_POLL_SECONDS + 0.5)

@@ -160,17 +160,48 @@ async def test_finish_commits_status_events_and_files_together(store: Store) -> 
 async def test_a_turn_and_its_events_after_a_seq_are_read_together(store: Store) -> None:
     session = await store.create_session()
     turn, _ = await store.create_turn(session.id, "go")
-    queued, nothing = await store.turn_and_events(turn.id, 0, limit=10)
+    [(queued, nothing)] = await store.turns_and_events([(turn.id, 0)], limit=10)
     assert (queued.status, nothing) == ("queued", [])
     await store.mark_running(turn.id, events=[event(turn.id, 1, EventType.TURN_STARTED)])
     await store.append_events([event(turn.id, 2), event(turn.id, 3)])
-    running, some = await store.turn_and_events(turn.id, 1, limit=1)
+    [(running, some)] = await store.turns_and_events([(turn.id, 1)], limit=1)
     assert running.status == "running" and [e.seq for e in some] == [2]
     await store.finish_turn(turn.id, status="completed", events=[event(turn.id, 4, EventType.TURN_COMPLETED)])
-    ended, rest = await store.turn_and_events(turn.id, 2, limit=10)
+    [(ended, rest)] = await store.turns_and_events([(turn.id, 2)], limit=10)
     assert ended.status == "completed" and [(e.seq, e.type) for e in rest] == [(3, "output"), (4, "turn.completed")]
-    with pytest.raises(NotFound):
-        await store.turn_and_events("turn_missing", 0, limit=10)
+    [missing] = await store.turns_and_events([("turn_missing", 0)], limit=10)
+    assert isinstance(missing, NotFound)
+
+
+async def test_many_readers_positions_are_read_together_each_from_its_own_seq(store: Store) -> None:
+    """The streams a notification woke read together: each (turn, seq) gets its own events after its
+    seq, at most ``limit``, in order; two readers of one turn at different places each get theirs; a
+    missing turn is NotFound without failing the others."""
+    session = await store.create_session()
+    turns = []
+    for index in range(40):
+        other = await store.create_session()
+        turn, _ = await store.create_turn(other.id, f"turn {index}")
+        await store.mark_running(turn.id, events=[event(turn.id, 1, EventType.TURN_STARTED)])
+        await store.append_events([event(turn.id, seq) for seq in range(2, 2 + index % 7)])
+        turns.append(turn)
+    queued, _ = await store.create_turn(session.id, "still queued")
+    readings = [(turn.id, index % 3) for index, turn in enumerate(turns)]
+    readings += [(turns[6].id, 0), ("turn_missing", 0), (queued.id, 0), (turns[6].id, 4)]
+    read = await store.turns_and_events(readings, limit=4)
+    assert len(read) == len(readings)
+    found: dict[tuple[str, int], tuple[str, list[int]]] = {}
+    for (turn_id, after), answer in zip(readings, read, strict=True):
+        if turn_id == "turn_missing":
+            assert isinstance(answer, NotFound)
+            continue
+        assert not isinstance(answer, NotFound)
+        record, events = answer
+        assert record.id == turn_id and events == await store.events_after(turn_id, after, limit=4)
+        found[turn_id, after] = (record.status, [e.seq for e in events])
+    assert found[turns[6].id, 0] == ("running", [1, 2, 3, 4])
+    assert found[turns[6].id, 4] == ("running", [5, 6, 7])
+    assert found[queued.id, 0] == ("queued", [])
 
 
 async def test_a_failing_finish_commits_nothing(store: Store) -> None:

@@ -17,7 +17,7 @@ from fleet_rlm.protocol.ids import is_session_id
 from fleet_rlm.sandbox.base import SandboxBackend, SandboxLimits, SandboxUnavailable
 from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.service import archive
-from fleet_rlm.service.channel import ChannelRegistry
+from fleet_rlm.service.channel import FOLLOW_BATCH, ChannelRegistry
 from fleet_rlm.service.engines import OwnThreads, TurnEngine
 from fleet_rlm.service.execution import TurnExecution
 from fleet_rlm.service.files import SessionFiles, stored_path
@@ -28,6 +28,7 @@ from fleet_rlm.service.overrides import check_session_settings
 from fleet_rlm.service.pool import SandboxPool
 from fleet_rlm.service.readiness import Readiness, ReadinessChecks
 from fleet_rlm.service.runners import is_dead, new_runner_id
+from fleet_rlm.service.stored_reads import StoredReads
 from fleet_rlm.service.submissions import SubmissionQueue
 from fleet_rlm.service.turn_processes import TurnProcesses
 from fleet_rlm.service.turns import TurnOperations
@@ -112,6 +113,7 @@ class FleetService(TurnOperations):
         self.tracer = tracer if tracer is not None else configured_tracer(settings)
         self._kernels: KernelRegistry | None = None
         self.wakeups = Wakeups(self.store.still_queued)
+        self.stored_reads = StoredReads(self.store, limit=FOLLOW_BATCH)
         self.worker: TurnWorker | None = None
         self.engine: TurnEngine = OwnThreads()
         self._leases: LeaseKeeper | None = None
@@ -254,6 +256,7 @@ class FleetService(TurnOperations):
             await asyncio.wait(list(self._cleanups), timeout=SHUTDOWN_GRACE_SECONDS)
         await self.journal.close()
         await self.wakeups.close()
+        await self.stored_reads.close()
         if self._leases is not None:
             await self._leases.close()
         if self._listener is not None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fleet_rlm.config import Ceilings, Settings
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.status import TurnStatus
-from fleet_rlm.service.channel import FOLLOW_BATCH, ChannelRegistry
+from fleet_rlm.service.channel import ChannelRegistry
 from fleet_rlm.service.engines import TurnEngine
 from fleet_rlm.service.execution import TurnExecution, TurnPlan
 from fleet_rlm.service.files import SessionFiles, clean_path
@@ -27,6 +27,7 @@ from fleet_rlm.service.memory import MemoryBook
 from fleet_rlm.service.overrides import check_session_settings, effective_settings
 from fleet_rlm.service.pool import SandboxPool
 from fleet_rlm.service.runners import is_dead
+from fleet_rlm.service.stored_reads import StoredReads
 from fleet_rlm.service.submissions import SubmissionQueue
 from fleet_rlm.service.wakeups import Wakeups, Watch
 from fleet_rlm.service.worker import TurnWorker
@@ -92,6 +93,7 @@ class TurnOperations(ABC):
     channels: ChannelRegistry
     executions: dict[str, TurnExecution]
     wakeups: Wakeups
+    stored_reads: StoredReads
     worker: TurnWorker | None
     tracer: TurnTracer | None
     engine: TurnEngine
@@ -277,7 +279,7 @@ class TurnOperations(ABC):
                     yield batch
                 return
             with self.wakeups.watch(turn_id) as watch:
-                turn, stored = await self.store.turn_and_events(turn_id, last, limit=FOLLOW_BATCH)
+                turn, stored = await self.stored_reads.read(turn_id, last)
                 ended = next((index for index, event in enumerate(stored) if event.terminal), None)
                 if ended is not None:
                     yield stored[: ended + 1]
