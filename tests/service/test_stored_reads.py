@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from fleet_rlm.protocol.events import Event, EventType
-from fleet_rlm.service.stored_reads import Read, StoredReads
+from fleet_rlm.service.stored_reads import Read, StoredReads, StoredReadsClosed
 from fleet_rlm.store import NotFound, Store
 
 pytestmark = pytest.mark.anyio
@@ -107,23 +107,54 @@ async def test_a_missing_turn_fails_its_reader_alone_and_a_failed_read_fails_eac
     await reads.close()
 
 
-async def test_a_reader_that_goes_away_leaves_the_others_their_answers(store: Store) -> None:
-    gone, staying = await running_turns(store, 2, events=1)
+async def test_a_reader_that_goes_away_leaves_the_others_their_answers_and_is_not_read(store: Store) -> None:
+    first, gone, staying = await running_turns(store, 3, events=1)
     counted = CountedStore(store)
     reads = StoredReads(counted, limit=10)
     counted.held.clear()
-    leaving = asyncio.create_task(reads.read(gone, 0))
-    waiting = asyncio.create_task(reads.read(staying, 0))
+    reading = asyncio.create_task(reads.read(first, 0))
     while not counted.reads:
         await asyncio.sleep(0.01)
+    leaving = asyncio.create_task(reads.read(gone, 0))  # waits for the next read
+    waiting = asyncio.create_task(reads.read(staying, 0))
+    await asyncio.sleep(0.05)
     leaving.cancel()
     counted.held.set()
-    _, events = await waiting
+    _, events = await asyncio.wait_for(waiting, 10)
     assert [e.seq for e in events] == [1] and leaving.cancelled()
+    assert counted.reads == [[(first, 0)], [(staying, 0)]]
+    await asyncio.wait_for(reading, 10)
     await reads.close()
 
 
-async def test_closing_cancels_the_readers_still_waiting(store: Store) -> None:
+async def test_a_seq_beyond_any_stored_one_reads_nothing_without_failing_the_others(store: Store) -> None:
+    a, b = await running_turns(store, 2, events=2)
+    reads = StoredReads(store, limit=10)
+    (_, beyond), (_, events) = await asyncio.gather(reads.read(a, 2**40), reads.read(b, 0))
+    assert beyond == [] and [e.seq for e in events] == [1, 2]
+    await reads.close()
+
+
+async def test_closing_stops_the_read_under_way_and_answers_every_reader_still_waiting(store: Store) -> None:
+    first, later = await running_turns(store, 2, events=1)
+    counted = CountedStore(store)
+    reads = StoredReads(counted, limit=10)
+    counted.held.clear()
+    reading = asyncio.create_task(reads.read(first, 0))
+    while not counted.reads:
+        await asyncio.sleep(0.01)
+    queued = asyncio.create_task(reads.read(later, 0))  # not taken yet
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(reads.close(), 10)
+    for reader in (reading, queued):
+        with pytest.raises(StoredReadsClosed):
+            await asyncio.wait_for(reader, 10)
+    with pytest.raises(StoredReadsClosed):  # a stream woken after the close reads nothing
+        await reads.read(first, 0)
+    assert len(counted.reads) == 1
+
+
+async def test_a_read_cut_short_by_a_bug_leaves_no_reader_waiting(store: Store) -> None:
     [turn_id] = await running_turns(store, 1, events=1)
     counted = CountedStore(store)
     reads = StoredReads(counted, limit=10)
@@ -131,6 +162,15 @@ async def test_closing_cancels_the_readers_still_waiting(store: Store) -> None:
     reading = asyncio.create_task(reads.read(turn_id, 0))
     while not counted.reads:
         await asyncio.sleep(0.01)
+    queued = asyncio.create_task(reads.read(turn_id, 1))
+    await asyncio.sleep(0.05)
+    task = reads._task
+    assert task is not None
+    task.cancel()  # as a cancellation no close asked for would
+    for reader in (reading, queued):
+        with pytest.raises(StoredReadsClosed):
+            await asyncio.wait_for(reader, 10)
+    counted.held.set()
+    _, events = await asyncio.wait_for(reads.read(turn_id, 0), 10)  # the next read is made as before
+    assert [e.seq for e in events] == [1]
     await reads.close()
-    with pytest.raises(asyncio.CancelledError):
-        await reading

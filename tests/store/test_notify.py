@@ -6,7 +6,10 @@ import asyncio
 
 import asyncpg
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 
+from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.store import Store
 from fleet_rlm.store.notify import Channel, notify
 
@@ -34,3 +37,54 @@ async def test_a_transaction_notifies_each_distinct_payload_once_when_it_commits
         assert heard.empty(), "a payload was delivered twice"
     finally:
         await listener.close()
+
+
+async def test_stored_events_notify_each_of_their_turns_once_and_a_failed_batch_stores_and_sends_nothing(
+    store: Store,
+) -> None:
+    turns = []
+    for _ in range(3):
+        session = await store.create_session()
+        turn, _ = await store.create_turn(session.id, "go")
+        turns.append(turn.id)
+    events = [event(turn_id, seq) for turn_id in turns for seq in (1, 2)]
+    if store.db.is_sqlite:
+        await store.append_events(events)
+        assert [e.seq for e in await store.events_after(turns[0])] == [1, 2]
+        return
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    listener = await asyncpg.connect(store.db.url.set(drivername="postgresql").render_as_string(hide_password=False))
+    try:
+        await listener.add_listener(Channel.EVENTS.value, lambda *args: heard.put_nowait(args[3]))
+        await store.append_events(events)
+        received = [await asyncio.wait_for(heard.get(), 5) for _ in turns]
+        assert sorted(received) == sorted(turns)
+        for turn_id in turns:
+            assert await store.events_after(turn_id) == [e for e in events if e.turn_id == turn_id]
+
+        with pytest.raises(IntegrityError):  # an event of a turn that is gone: the batch is refused whole
+            await store.append_events([event(turns[0], 3), event("turn_gone", 1)])
+        await asyncio.sleep(0.2)
+        assert heard.empty(), "a refused batch notified"
+        assert [e.seq for e in await store.events_after(turns[0])] == [1, 2]
+    finally:
+        await listener.close()
+
+
+async def test_an_event_stored_alone_keeps_the_same_text_as_one_stored_with_a_turns_start(store: Store) -> None:
+    """A replay is byte-identical to the live stream: the JSON text is the same whichever way it was stored."""
+    data = {"text": "é\u2028 ✓", "n": [1, 2.5, None], "nested": {"b": 1, "a": 2}}
+    session = await store.create_session()
+    turn, _ = await store.create_turn(session.id, "go")
+    await store.mark_running(turn.id, events=[event(turn.id, 1, **data)])
+    await store.append_events([event(turn.id, 2, **data)])
+    async with store.db.read_connection() as connection:
+        stored = (await connection.execute(text("SELECT CAST(data AS TEXT) FROM events ORDER BY seq"))).scalars()
+        first, second = list(stored)
+    assert first == second
+
+
+def event(turn_id: str, seq: int, **data: object) -> Event:
+    return Event(
+        type=EventType.OUTPUT, seq=seq, turn_id=turn_id, ts=1.5, span_id="span_a", parent_span_id=None, data=dict(data)
+    )

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
+from typing import Any
 
 import pytest
+import sqlalchemy.event
 
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.store import Conflict, FileChanges, FileRecord, Invalid, NotFound, Store, TurnStart
@@ -202,6 +205,30 @@ async def test_many_readers_positions_are_read_together_each_from_its_own_seq(st
     assert found[turns[6].id, 0] == ("running", [1, 2, 3, 4])
     assert found[turns[6].id, 4] == ("running", [5, 6, 7])
     assert found[queued.id, 0] == ("queued", [])
+
+
+async def test_many_readings_read_the_turns_before_their_events(store: Store) -> None:
+    """A turn read as ended must come with every event it stored: the turns are read first."""
+    turn_ids = []
+    for _ in range(3):
+        session = await store.create_session()
+        turn, _ = await store.create_turn(session.id, "go")
+        await store.mark_running(turn.id, events=[event(turn.id, 1, EventType.TURN_STARTED)])
+        turn_ids.append(turn.id)
+    statements: list[str] = []
+
+    def note(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    engine = (store.db.read_engine if store.db.is_sqlite else store.db.write_engine).sync_engine
+    sqlalchemy.event.listen(engine, "before_cursor_execute", note)
+    try:
+        await store.turns_and_events([(turn_id, 0) for turn_id in turn_ids], limit=10)
+    finally:
+        sqlalchemy.event.remove(engine, "before_cursor_execute", note)
+    tables = ["turns" if re.search(r"\bFROM turns\b", s) else "events" for s in statements]
+    assert "turns" in tables and "events" in tables
+    assert tables == sorted(tables, key=lambda table: table != "turns")  # every turn read before any event
 
 
 async def test_a_failing_finish_commits_nothing(store: Store) -> None:

@@ -18,8 +18,14 @@ from typing import Protocol
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.store import NotFound, TurnRecord
 
-MAX_READINGS = 500
-"""The most readings one read makes; more wait for the next."""
+MAX_READINGS = 100
+"""The most readings one read makes (at most this many times the per-reading limit of events); more
+wait for the next."""
+READ_TIMEOUT_SECONDS = 30.0
+"""How long one read may take before its readers hear it failed (a hung connection stalls no stream
+for longer)."""
+MAX_SEQ = 2**31 - 1
+"""The largest seq a turn's event can have (the column is a 32-bit integer)."""
 
 Read = tuple[TurnRecord, list[Event]]
 
@@ -32,6 +38,10 @@ class ReadsMany(Protocol):
     ) -> Awaitable[list[Read | NotFound]]: ...
 
 
+class StoredReadsClosed(RuntimeError):
+    """The service is stopping: the store is no longer read for streams."""
+
+
 class StoredReads:
     def __init__(self, store: ReadsMany, *, limit: int) -> None:
         self.store = store
@@ -39,43 +49,62 @@ class StoredReads:
         """The most events one reading returns (a late reader of a long turn reads it in parts)."""
         self._waiting: list[_Reading] = []
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def read(self, turn_id: str, after_seq: int) -> Read:
         """The turn and its first :attr:`limit` events after ``after_seq``, as :meth:`Store.turns_and_events`
-        reads them (the turn first); raises NotFound, or the read's error."""
-        reading = _Reading(turn_id, after_seq, asyncio.get_running_loop().create_future())
+        reads them (the turn first); raises NotFound, the read's error, or StoredReadsClosed."""
+        if self._closed:
+            raise StoredReadsClosed("the server is stopping")
+        # No event has a seq beyond the column's range: reading after it finds none, as reading after
+        # the largest does (a larger number would fail the whole statement, every reading in it).
+        reading = _Reading(turn_id, min(after_seq, MAX_SEQ), asyncio.get_running_loop().create_future())
         self._waiting.append(reading)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._read_batches(), name="stored-reads")
         return await reading.answer
 
     async def close(self) -> None:
-        """Stop reading (before the store closes); a reader still waiting is cancelled."""
+        """Stop reading (before the store closes): the read under way and every reader still waiting are
+        cancelled."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(BaseException):
                 await self._task
-        for reading in self._waiting:
-            reading.answer.cancel()
-        self._waiting = []
+        self._answer_the_rest(StoredReadsClosed("the server is stopping"))
 
     async def _read_batches(self) -> None:
-        while self._waiting:
-            batch, self._waiting = self._waiting[:MAX_READINGS], self._waiting[MAX_READINGS:]
-            answers: list[Read | BaseException]
-            try:
-                found = await self.store.turns_and_events(
-                    [(reading.turn_id, reading.after_seq) for reading in batch], limit=self.limit
-                )
-                answers = list(found)
-            except asyncio.CancelledError:
-                for reading in batch:
-                    reading.answer.cancel()
-                raise
-            except Exception as exc:  # the database is gone, say: each reader hears it
-                answers = [exc] * len(batch)
-            for reading, answer in zip(batch, answers, strict=True):
-                reading.deliver(answer)
+        batch: list[_Reading] = []
+        try:
+            while self._waiting:
+                waiting = [reading for reading in self._waiting if not reading.answer.done()]  # gone: not read
+                batch, self._waiting = waiting[:MAX_READINGS], waiting[MAX_READINGS:]
+                if not batch:
+                    continue
+                answers: list[Read | NotFound] | None = None
+                try:
+                    async with asyncio.timeout(READ_TIMEOUT_SECONDS):
+                        answers = await self.store.turns_and_events(
+                            [(reading.turn_id, reading.after_seq) for reading in batch], limit=self.limit
+                        )
+                except Exception as exc:  # the database is gone, say: each reader hears it
+                    for reading in batch:
+                        reading.deliver(exc)
+                if answers is not None:
+                    for reading, answer in zip(batch, answers, strict=True):
+                        reading.deliver(answer)
+                batch = []
+        finally:  # cut short (closed, or a bug): no reader may wait for a read that will not come
+            cut_short = StoredReadsClosed("the server is stopping" if self._closed else "the read was cut short")
+            for reading in batch:
+                reading.deliver(cut_short)
+            self._answer_the_rest(cut_short)
+
+    def _answer_the_rest(self, error: BaseException) -> None:
+        waiting, self._waiting = self._waiting, []
+        for reading in waiting:
+            reading.deliver(error)
 
 
 class _Reading:

@@ -130,6 +130,16 @@ class Database:
         async with self.write_engine.begin() as connection:
             yield connection
 
+    @asynccontextmanager
+    async def one_statement_write(self) -> AsyncIterator[AsyncConnection]:
+        """On PostgreSQL, a connection outside transactions for a write that is a single statement: it
+        commits by itself, one round trip where ``BEGIN``, the statement and ``COMMIT`` are three. (On
+        SQLite every write goes through the one writer: use :meth:`write_connection`.)"""
+        if self.is_sqlite:
+            raise RuntimeError("on SQLite every write goes through write_connection")
+        async with self.read_engine.connect() as connection:
+            yield connection
+
     @property
     def sqlite_file(self) -> Path | None:
         """The embedded database's file (None on PostgreSQL or for an in-memory SQLite database)."""

@@ -5,23 +5,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ARRAY, Integer, Select, String, bindparam, cast, func, insert, select, true
+from sqlalchemy import ARRAY, Float, Integer, Select, String, any_, bindparam, cast, func, insert, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.store.base import StoreBase, event_of, event_row
 from fleet_rlm.store.errors import NotFound
-from fleet_rlm.store.notify import Channel, notify
+from fleet_rlm.store.notify import Channel
 from fleet_rlm.store.records import TurnRecord
 from fleet_rlm.store.tables import EVENTS, TURNS
 
 
 class EventQueries(StoreBase):
     async def append_events(self, events: Sequence[Event]) -> None:
-        if events:
+        """Store ``events`` (all or none) and tell the processes following their turns."""
+        if not events:
+            return
+        if self.db.is_sqlite:
             async with self.db.write_connection() as connection:
                 await connection.execute(insert(EVENTS), [event_row(e) for e in events])
-                await notify(self.db, connection, Channel.EVENTS, [e.turn_id for e in events])
+            return
+        # One statement, committed by itself: the journal stores most events this way, and each round
+        # trip of BEGIN, INSERT, NOTIFY, COMMIT waited for a busy event loop.
+        async with self.db.one_statement_write() as connection:
+            await connection.execute(_STORE_AND_NOTIFY, {**_columns(events), "channel": Channel.EVENTS.value})
 
     async def events_after(self, turn_id: str, after_seq: int = 0, *, limit: int = 1000) -> list[Event]:
         async with self.db.read_connection() as connection:
@@ -37,11 +44,7 @@ class EventQueries(StoreBase):
         turn_ids = list(dict.fromkeys(turn_id for turn_id, _ in readings))
         events: list[list[Event]] = [[] for _ in readings]
         async with self.db.read_connection() as connection:
-            turns: dict[str, TurnRecord] = {}
-            for start in range(0, len(turn_ids), 500):
-                ids = turn_ids[start : start + 500]
-                query = select(TURNS).where(TURNS.c.id.in_(ids))
-                turns.update((row.id, TurnRecord.of(row)) for row in await connection.execute(query))
+            turns = await _turns_by_id(connection, turn_ids, sqlite=self.db.is_sqlite)
             wanted = [(index, turn_id, after) for index, (turn_id, after) in enumerate(readings) if turn_id in turns]
             if self.db.is_sqlite:  # in-process reads: one statement each costs no round trip
                 for index, turn_id, after in wanted:
@@ -59,6 +62,16 @@ class EventQueries(StoreBase):
             (turns[turn_id], events[index]) if turn_id in turns else NotFound("turn", turn_id)
             for index, (turn_id, _) in enumerate(readings)
         ]
+
+
+async def _turns_by_id(connection: AsyncConnection, turn_ids: list[str], *, sqlite: bool) -> dict[str, TurnRecord]:
+    if not sqlite:  # one statement text for any number of turns (prepared once)
+        return {row.id: TurnRecord.of(row) for row in await connection.execute(_TURNS_BY_ID, {"ids": turn_ids})}
+    turns: dict[str, TurnRecord] = {}
+    for start in range(0, len(turn_ids), 500):
+        query = select(TURNS).where(TURNS.c.id.in_(turn_ids[start : start + 500]))
+        turns.update((row.id, TurnRecord.of(row)) for row in await connection.execute(query))
+    return turns
 
 
 async def _events_after(connection: AsyncConnection, turn_id: str, after_seq: int, limit: int) -> list[Event]:
@@ -96,3 +109,34 @@ def _ranges() -> Select[Any]:
 
 
 _RANGES = _ranges()
+_TURNS_BY_ID = select(TURNS).where(TURNS.c.id == any_(cast(bindparam("ids"), ARRAY(String))))
+
+
+def _store_and_notify() -> Select[Any]:
+    """Insert the events given as one array per column and notify each of their turns once (PostgreSQL):
+    an INSERT in a WITH clause, so both happen in one statement."""
+    rows = (
+        func.unnest(
+            cast(bindparam("turn_id"), ARRAY(String)),
+            cast(bindparam("seq"), ARRAY(Integer)),
+            cast(bindparam("type"), ARRAY(String)),
+            cast(bindparam("ts"), ARRAY(Float)),
+            cast(bindparam("span_id"), ARRAY(String)),
+            cast(bindparam("parent_span_id"), ARRAY(String)),
+            bindparam("data", type_=ARRAY(EVENTS.c.data.type)),
+        )
+        .table_valued(*_EVENT_COLUMNS)
+        .render_derived()
+    )
+    stored = insert(EVENTS).from_select(list(_EVENT_COLUMNS), select(*rows.c)).returning(EVENTS.c.turn_id).cte("stored")
+    turns = select(stored.c.turn_id).distinct().subquery()
+    return select(func.pg_notify(bindparam("channel"), turns.c.turn_id))
+
+
+_EVENT_COLUMNS = ("turn_id", "seq", "type", "ts", "span_id", "parent_span_id", "data")
+_STORE_AND_NOTIFY = _store_and_notify()
+
+
+def _columns(events: Sequence[Event]) -> dict[str, list[Any]]:
+    rows = [event_row(e) for e in events]
+    return {column: [row[column] for row in rows] for column in _EVENT_COLUMNS}
