@@ -88,3 +88,18 @@ def event(turn_id: str, seq: int, **data: object) -> Event:
     return Event(
         type=EventType.OUTPUT, seq=seq, turn_id=turn_id, ts=1.5, span_id="span_a", parent_span_id=None, data=dict(data)
     )
+
+
+async def test_storing_events_again_after_a_lost_answer_keeps_the_first_and_fails_nothing(store: Store) -> None:
+    """A write whose answer was lost (the connection dropped after it committed) is retried: the retry
+    stores what is new, leaves what was stored, and does not fail."""
+    session = await store.create_session()
+    turn, _ = await store.create_turn(session.id, "go")
+    first = [event(turn.id, 1, text="first"), event(turn.id, 2, text="second")]
+    await store.append_events(first)
+    await store.append_events([*first, event(turn.id, 3, text="third")])
+    assert [(e.seq, e.data["text"]) for e in await store.events_after(turn.id)] == [
+        (1, "first"),
+        (2, "second"),
+        (3, "third"),
+    ]

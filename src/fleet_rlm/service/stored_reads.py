@@ -70,7 +70,7 @@ class StoredReads:
         self._closed = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # its readers hear the rest
                 await self._task
         self._answer_the_rest(StoredReadsClosed("the server is stopping"))
 

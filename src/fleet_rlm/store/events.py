@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ARRAY, Float, Integer, Select, String, any_, bindparam, cast, func, insert, select, true
+from sqlalchemy import ARRAY, Float, Integer, Select, String, any_, bindparam, cast, func, select, true
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleet_rlm.protocol.events import Event
@@ -18,12 +19,14 @@ from fleet_rlm.store.tables import EVENTS, TURNS
 
 class EventQueries(StoreBase):
     async def append_events(self, events: Sequence[Event]) -> None:
-        """Store ``events`` (all or none) and tell the processes following their turns."""
+        """Store ``events`` (all or none) and tell the processes following their turns. An event already
+        stored (the same turn and seq) is left as it is: a write whose answer was lost on the way (the
+        connection dropped after the commit) is retried, and the retry must not fail on it."""
         if not events:
             return
         if self.db.is_sqlite:
             async with self.db.write_connection() as connection:
-                await connection.execute(insert(EVENTS), [event_row(e) for e in events])
+                await connection.execute(_STORE_ONCE, [event_row(e) for e in events])
             return
         # One statement, committed by itself: the journal stores most events this way, and each round
         # trip of BEGIN, INSERT, NOTIFY, COMMIT waited for a busy event loop.
@@ -128,13 +131,20 @@ def _store_and_notify() -> Select[Any]:
         .table_valued(*_EVENT_COLUMNS)
         .render_derived()
     )
-    stored = insert(EVENTS).from_select(list(_EVENT_COLUMNS), select(*rows.c)).returning(EVENTS.c.turn_id).cte("stored")
+    stored = (
+        postgresql.insert(EVENTS)
+        .from_select(list(_EVENT_COLUMNS), select(*rows.c))
+        .on_conflict_do_nothing(index_elements=[EVENTS.c.turn_id, EVENTS.c.seq])
+        .returning(EVENTS.c.turn_id)
+        .cte("stored")
+    )
     turns = select(stored.c.turn_id).distinct().subquery()
     return select(func.pg_notify(bindparam("channel"), turns.c.turn_id))
 
 
 _EVENT_COLUMNS = ("turn_id", "seq", "type", "ts", "span_id", "parent_span_id", "data")
 _STORE_AND_NOTIFY = _store_and_notify()
+_STORE_ONCE = sqlite.insert(EVENTS).on_conflict_do_nothing(index_elements=[EVENTS.c.turn_id, EVENTS.c.seq])
 
 
 def _columns(events: Sequence[Event]) -> dict[str, list[Any]]:
