@@ -49,6 +49,17 @@ async def running_turns(store: Store, count: int, events: int) -> list[str]:
     return turn_ids
 
 
+async def a_read_under_way(store: Store, turn_id: str) -> tuple[CountedStore, StoredReads, asyncio.Task[Read]]:
+    """Reads of ``store`` held, and a reading of ``turn_id`` whose read is under way."""
+    counted = CountedStore(store)
+    reads = StoredReads(counted, limit=10)
+    counted.held.clear()
+    reading = asyncio.create_task(reads.read(turn_id, 0))
+    while not counted.reads:
+        await asyncio.sleep(0.01)
+    return counted, reads, reading
+
+
 async def test_readings_asked_together_are_made_in_one_read_each_answered_with_its_own(store: Store) -> None:
     turn_ids = await running_turns(store, 30, events=4)
     counted = CountedStore(store)
@@ -68,12 +79,7 @@ async def test_readings_asked_together_are_made_in_one_read_each_answered_with_i
 
 async def test_readings_asked_while_a_read_runs_are_made_together_in_the_next(store: Store) -> None:
     first, *others = await running_turns(store, 5, events=2)
-    counted = CountedStore(store)
-    reads = StoredReads(counted, limit=10)
-    counted.held.clear()
-    reading = asyncio.create_task(reads.read(first, 0))
-    while not counted.reads:
-        await asyncio.sleep(0.01)
+    counted, reads, reading = await a_read_under_way(store, first)
     later = [asyncio.create_task(reads.read(turn_id, 1)) for turn_id in others]
     await asyncio.sleep(0.05)
     counted.held.set()
@@ -109,12 +115,7 @@ async def test_a_missing_turn_fails_its_reader_alone_and_a_failed_read_fails_eac
 
 async def test_a_reader_that_goes_away_leaves_the_others_their_answers_and_is_not_read(store: Store) -> None:
     first, gone, staying = await running_turns(store, 3, events=1)
-    counted = CountedStore(store)
-    reads = StoredReads(counted, limit=10)
-    counted.held.clear()
-    reading = asyncio.create_task(reads.read(first, 0))
-    while not counted.reads:
-        await asyncio.sleep(0.01)
+    counted, reads, reading = await a_read_under_way(store, first)
     leaving = asyncio.create_task(reads.read(gone, 0))  # waits for the next read
     waiting = asyncio.create_task(reads.read(staying, 0))
     await asyncio.sleep(0.05)
@@ -137,12 +138,7 @@ async def test_a_seq_beyond_any_stored_one_reads_nothing_without_failing_the_oth
 
 async def test_closing_stops_the_read_under_way_and_answers_every_reader_still_waiting(store: Store) -> None:
     first, later = await running_turns(store, 2, events=1)
-    counted = CountedStore(store)
-    reads = StoredReads(counted, limit=10)
-    counted.held.clear()
-    reading = asyncio.create_task(reads.read(first, 0))
-    while not counted.reads:
-        await asyncio.sleep(0.01)
+    counted, reads, reading = await a_read_under_way(store, first)
     queued = asyncio.create_task(reads.read(later, 0))  # not taken yet
     await asyncio.sleep(0.05)
     await asyncio.wait_for(reads.close(), 10)
@@ -156,12 +152,7 @@ async def test_closing_stops_the_read_under_way_and_answers_every_reader_still_w
 
 async def test_a_read_cut_short_by_a_bug_leaves_no_reader_waiting(store: Store) -> None:
     [turn_id] = await running_turns(store, 1, events=1)
-    counted = CountedStore(store)
-    reads = StoredReads(counted, limit=10)
-    counted.held.clear()
-    reading = asyncio.create_task(reads.read(turn_id, 0))
-    while not counted.reads:
-        await asyncio.sleep(0.01)
+    counted, reads, reading = await a_read_under_way(store, turn_id)
     queued = asyncio.create_task(reads.read(turn_id, 1))
     await asyncio.sleep(0.05)
     task = reads._task
