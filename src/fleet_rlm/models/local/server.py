@@ -161,7 +161,8 @@ class RealModelServer:
             return parse_speed(log.read().decode(errors="replace"))
 
     def measure_pace(self) -> Speed:
-        """How fast this machine runs the model now: one completion that reads about 400 tokens and writes 64.
+        """How fast this machine runs the model now: one completion that reads about 400 tokens and writes 64
+        (the server's ``min_tokens`` keeps the end of its answer away until then).
 
         The deadlines of tests with a real model scale with it: a slow or busy machine reads and writes
         several times slower than a quiet one.
@@ -171,6 +172,7 @@ class RealModelServer:
             "model": self.spec.alias,
             "messages": [{"role": "user", "content": f"{time.time_ns()} {_PACE_PROMPT}"}],
             "max_tokens": PACE_WRITTEN_TOKENS,
+            "min_tokens": PACE_WRITTEN_TOKENS,  # the model may not end its answer early (it did: 40 tokens)
             "temperature": 0,
         }
         response = httpx.post(f"{self.base_url}/chat/completions", json=body, timeout=300)
