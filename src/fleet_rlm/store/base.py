@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Row, delete, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.store.database import Database
 from fleet_rlm.store.errors import Invalid, NotFound
-from fleet_rlm.store.records import FileChanges, TurnRecord
-from fleet_rlm.store.tables import FILE_ORIGINS, TURNS, EventRow, FileRow, SessionRow, utcnow
+from fleet_rlm.store.records import FileChanges
+from fleet_rlm.store.tables import FILE_ORIGINS, EventRow, FileRow, SessionRow, utcnow
 
 
 def event_row(event: Event) -> dict[str, Any]:
@@ -39,12 +40,14 @@ def event_of(row: EventRow | Row[Any]) -> Event:
     )
 
 
-async def read_turn(connection: AsyncConnection, turn_id: str) -> TurnRecord:
-    """The turn ``turn_id`` as stored (a Core read); raises NotFound."""
-    row = (await connection.execute(select(TURNS).where(TURNS.c.id == turn_id))).one_or_none()
-    if row is None:
-        raise NotFound("turn", turn_id)
-    return TurnRecord.of(row)
+SQLITE_IDS_PER_STATEMENT = 500
+"""Ids one ``IN (...)`` names at most on SQLite, well under its limit on a statement's parameters."""
+
+
+def id_chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
+    """``ids`` in slices of :data:`SQLITE_IDS_PER_STATEMENT`, one ``IN (...)`` statement each."""
+    for start in range(0, len(ids), SQLITE_IDS_PER_STATEMENT):
+        yield ids[start : start + SQLITE_IDS_PER_STATEMENT]
 
 
 class StoreBase:

@@ -10,7 +10,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from fleet_rlm.protocol.events import Event
-from fleet_rlm.store.base import StoreBase, event_of, event_row
+from fleet_rlm.store.base import StoreBase, event_of, event_row, id_chunks
 from fleet_rlm.store.errors import NotFound
 from fleet_rlm.store.notify import Channel
 from fleet_rlm.store.records import TurnRecord
@@ -71,8 +71,8 @@ async def _turns_by_id(connection: AsyncConnection, turn_ids: list[str], *, sqli
     if not sqlite:  # one statement text for any number of turns (prepared once)
         return {row.id: TurnRecord.of(row) for row in await connection.execute(_TURNS_BY_ID, {"ids": turn_ids})}
     turns: dict[str, TurnRecord] = {}
-    for start in range(0, len(turn_ids), 500):
-        query = select(TURNS).where(TURNS.c.id.in_(turn_ids[start : start + 500]))
+    for chunk in id_chunks(turn_ids):
+        query = select(TURNS).where(TURNS.c.id.in_(chunk))
         turns.update((row.id, TurnRecord.of(row)) for row in await connection.execute(query))
     return turns
 

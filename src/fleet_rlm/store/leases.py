@@ -17,7 +17,7 @@ from sqlalchemy import exists, or_, select, update
 from sqlalchemy.orm import aliased
 
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
-from fleet_rlm.store.base import StoreBase
+from fleet_rlm.store.base import StoreBase, id_chunks
 from fleet_rlm.store.errors import NotFound
 from fleet_rlm.store.notify import Channel, notify
 from fleet_rlm.store.records import Claimed, SessionRecord, TurnRecord
@@ -112,12 +112,12 @@ class LeaseQueries(StoreBase):
             return [Claimed(TurnRecord.of(row), sessions[row.session_id]) for row in rows]
 
     async def still_queued(self, turn_ids: Sequence[str]) -> set[str]:
-        """Those of ``turn_ids`` still queued (claimed or not), read by id, 500 at a time (filtered here:
+        """Those of ``turn_ids`` still queued (claimed or not), read by id in chunks (filtered here:
         with ``status`` in the query SQLite would scan every queued turn through its status index)."""
         queued: set[str] = set()
         async with self.db.read_connection() as connection:
-            for start in range(0, len(turn_ids), 500):
-                query = select(TURNS.c.id, TURNS.c.status).where(TURNS.c.id.in_(turn_ids[start : start + 500]))
+            for chunk in id_chunks(turn_ids):
+                query = select(TURNS.c.id, TURNS.c.status).where(TURNS.c.id.in_(chunk))
                 queued.update(row.id for row in await connection.execute(query) if row.status is TurnStatus.QUEUED)
         return queued
 

@@ -23,7 +23,7 @@ from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.protocol.ids import BUILTIN_PROGRAM_VERSION, SESSION_ID_PREFIX, is_session_id, new_session_id
 from fleet_rlm.protocol.payloads import TurnInterrupted
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, FINAL_STATUSES, TurnStatus
-from fleet_rlm.store.base import event_row, read_turn
+from fleet_rlm.store.base import event_row
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound, StoreError
 from fleet_rlm.store.evaluation import EvalQueries, serving_program
 from fleet_rlm.store.events import EventQueries
@@ -46,7 +46,7 @@ from fleet_rlm.store.records import (
     row_values,
 )
 from fleet_rlm.store.submissions import Created, create_together
-from fleet_rlm.store.tables import EVENTS, EventRow, SessionRow, TurnRow, utcnow
+from fleet_rlm.store.tables import EVENTS, TURNS, EventRow, SessionRow, TurnRow, utcnow
 
 
 def _version(program: ProgramRecord | None) -> str:
@@ -239,7 +239,10 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
 
     async def get_turn(self, turn_id: str) -> TurnRecord:
         async with self.db.read_connection() as connection:
-            return await read_turn(connection, turn_id)
+            row = (await connection.execute(select(TURNS).where(TURNS.c.id == turn_id))).one_or_none()
+        if row is None:
+            raise NotFound("turn", turn_id)
+        return TurnRecord.of(row)
 
     async def list_turns(self, session_id: str, *, after: int = 0, limit: int = 50) -> list[TurnRecord]:
         """Turns of a session in order, those with ``position > after`` first."""
