@@ -8,8 +8,8 @@ A real ``fleet serve`` process (SQLite under a temporary FLEET_HOME; with ``--da
 run on a new empty PostgreSQL database beside the one named, dropped after it) serves a scripted model that answers
 every call after ``--delay`` seconds; each session's turn prints on ``iterations - 1`` iterations
 and submits on the last. All turns are submitted at once and streamed over SSE: by default each client
-POSTs its turn, then GETs its event stream (``--submit separate``); ``streamed`` POSTs with ``Accept:
-text/event-stream`` and reads the events in that response. Reported:
+POSTs its turn with ``Accept: text/event-stream`` and reads the events in that response (``--submit
+streamed``, as Fleet's own clients submit); ``separate`` POSTs its turn, then GETs its event stream. Reported:
 
 - turns per second: sessions / (first submission to last terminal event), after one unmeasured
   warm-up turn (a process's first model call pays one-off imports);
@@ -245,7 +245,7 @@ STREAM_TIMEOUT = httpx.Timeout(30, read=600)
 SUBMIT_FLOWS = {"separate": "POST, then GET the stream", "streamed": "one POST, Accept: text/event-stream"}
 
 
-async def run_turn(client: httpx.AsyncClient, session_id: str, timing: TurnTiming, submit: str = "separate") -> None:
+async def run_turn(client: httpx.AsyncClient, session_id: str, timing: TurnTiming, submit: str = "streamed") -> None:
     timing.submitted = time.time()
     url, body = f"/sessions/{session_id}/turns", {"message": "count to three"}
     if submit == "streamed":
@@ -282,7 +282,7 @@ async def follow(stream: httpx.Response, timing: TurnTiming) -> None:
             return
 
 
-async def load(base_url: str, sessions: int, submit: str = "separate") -> list[TurnTiming]:
+async def load(base_url: str, sessions: int, submit: str = "streamed") -> list[TurnTiming]:
     limits = httpx.Limits(max_connections=sessions * 2 + 10, max_keepalive_connections=sessions * 2)
     async with httpx.AsyncClient(base_url=base_url + "/api/v1", limits=limits, timeout=60) as client:
         # One turn first, unmeasured: the first model call in a process pays one-off imports and set-up.
@@ -410,7 +410,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--submit",
-        default="separate",
+        default="streamed",
         help="client flows to compare, e.g. separate,streamed (repeat them to interleave): "
         + "; ".join(f"{name}: {words}" for name, words in SUBMIT_FLOWS.items()),
     )
@@ -482,7 +482,7 @@ def measure(
     turn_processes: int | None = None,
     database_url: str | None = None,
     code: tuple[str, str] | None = None,
-    submit: str = "separate",
+    submit: str = "streamed",
 ) -> dict[str, Any]:
     """One topology under the load: ``workers`` None or 0, the server runs turns; N, N worker processes;
     ``turn_processes``: the processes that run turns run their engines in that many turn processes;
@@ -561,7 +561,7 @@ def measure(
         "topology": (f"{code[0]}: " if code is not None else "")
         + (f"api + {workers} workers" if workers else "fleet serve (turns in the server)")
         + (f", {turn_processes} turn processes each" if turn_processes is not None else "")
-        + (", one streamed POST" if submit == "streamed" else ""),
+        + (", POST then GET" if submit == "separate" else ""),
         "client": SUBMIT_FLOWS[submit],
         "sessions": args.sessions,
         "iterations_per_turn": args.iterations,
