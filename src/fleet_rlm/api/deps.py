@@ -1,4 +1,8 @@
-"""What route handlers get injected."""
+"""What route handlers get injected.
+
+Each dependency is ``async def``: FastAPI runs a plain ``def`` dependency on its thread pool, a hop to
+a thread and back for every request (and, in a burst of requests, threads started while they wait).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from fleet_rlm.api.tickets import TicketBook
 from fleet_rlm.service.service import FleetService
 
 
-def _service(request: Request) -> FleetService:
+async def _service(request: Request) -> FleetService:
     service: FleetService = request.app.state.service
     return service
 
@@ -18,7 +22,7 @@ def _service(request: Request) -> FleetService:
 Service = Annotated[FleetService, Depends(_service)]
 
 
-def _tickets(request: Request) -> TicketBook:
+async def _tickets(request: Request) -> TicketBook:
     tickets: TicketBook = request.app.state.tickets
     return tickets
 
