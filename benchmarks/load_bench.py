@@ -13,7 +13,10 @@ streamed``, as Fleet's own clients submit); ``separate`` POSTs its turn, then GE
 
 - turns per second: sessions / (first submission to last terminal event), after one unmeasured
   warm-up turn (a process's first model call pays one-off imports);
-- time to first event (POST sent to the first SSE event received), p50 and p99;
+- time to first event (the client starting its POST to the first SSE event received), p50 and p99;
+  and the same from the moment the POST's body was written out, with the client's own delay before it
+  (one client process sends all 50 submissions, building them one after another on its event loop: a
+  wait no person submitting alone has);
 - event delivery lag (SSE receipt time minus the event's ``ts``), p50 and p99 over all events;
 - peak memory: the server process's peak RSS, and the peak summed RSS of the server and all its
   sandboxes, sampled every 50 ms;
@@ -84,6 +87,9 @@ def responder(iterations: int, delay: float) -> Any:
 @dataclass
 class TurnTiming:
     submitted: float = 0.0
+    sent: float = 0.0
+    """When the submission's request was written out: one client process sending 50 at once builds them
+    one after another on its own event loop, a wait no person submitting alone has."""
     accepted: float = 0.0
     first_event: float = 0.0
     first_emitted: float = 0.0
@@ -93,6 +99,11 @@ class TurnTiming:
     events: int = 0
     iterations: int = 0
     terminal: str = ""
+
+    async def trace(self, name: str, _info: dict[str, Any]) -> None:
+        """httpcore's request trace: stamps :attr:`sent` once the submission's body is written."""
+        if name == "http11.send_request_body.complete" and not self.sent:
+            self.sent = time.time()
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -250,12 +261,15 @@ async def run_turn(client: httpx.AsyncClient, session_id: str, timing: TurnTimin
     url, body = f"/sessions/{session_id}/turns", {"message": "count to three"}
     if submit == "streamed":
         headers = {"Accept": "text/event-stream"}
-        async with client.stream("POST", url, json=body, headers=headers, timeout=STREAM_TIMEOUT) as stream:
+        traced = {"trace": timing.trace}
+        async with client.stream(
+            "POST", url, json=body, headers=headers, timeout=STREAM_TIMEOUT, extensions=traced
+        ) as stream:
             stream.raise_for_status()
             timing.accepted = time.time()
             await follow(stream, timing)
         return
-    accepted = await client.post(url, json=body)
+    accepted = await client.post(url, json=body, extensions={"trace": timing.trace})
     accepted.raise_for_status()
     timing.accepted = time.time()
     turn_id = accepted.json()["id"]
@@ -549,6 +563,8 @@ def measure(
     start = min(t.submitted for t in timings)
     end = max(t.finished for t in timings)
     first = [t.first_event - t.submitted for t in timings]
+    first_from_sent = [t.first_event - t.sent for t in timings]
+    send_delays = [t.sent - t.submitted for t in timings]
     emitted = [t.first_emitted - t.submitted for t in timings]
     accepted = [t.accepted - t.submitted for t in timings]
     lags = [lag for t in timings for lag in t.lags]
@@ -577,6 +593,9 @@ def measure(
         "submission_p50_p99_ms": [round(percentile(accepted, share) * 1000, 1) for share in (0.5, 0.99)],
         "time_to_first_event_p50_ms": round(percentile(first, 0.5) * 1000, 1),
         "time_to_first_event_p99_ms": round(percentile(first, 0.99) * 1000, 1),
+        "client_send_delay_p50_p99_ms": [round(percentile(send_delays, share) * 1000, 1) for share in (0.5, 0.99)],
+        "time_to_first_event_from_sent_p50_ms": round(percentile(first_from_sent, 0.5) * 1000, 1),
+        "time_to_first_event_from_sent_p99_ms": round(percentile(first_from_sent, 0.99) * 1000, 1),
         "first_event_emitted_p50_ms": round(percentile(emitted, 0.5) * 1000, 1),
         "event_lag_p50_ms": round(percentile(lags, 0.5) * 1000, 1),
         "event_lag_p99_ms": round(percentile(lags, 0.99) * 1000, 1),
