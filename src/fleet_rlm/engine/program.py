@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,8 +107,58 @@ def task_signature(skills: Sequence[tuple[str, str]] = (), instructions: str | N
     return FleetTask.with_instructions(text)  # type: ignore[no-any-return]
 
 
+SIGNATURES_KEPT = 32
+"""Distinct builds of :class:`FleetRLM`'s signatures a process keeps (task, tools, runtime, budget)."""
+
+_INITIAL_RULES = ("_initial_execution_instructions", "_initial_sub_agent_rules", "_initial_interpreter_rules")
+_Signatures = tuple[type[dspy.Signature], type[dspy.Signature]]
+_built: dict[tuple[object, ...], tuple[_Signatures, dict[str, str]]] = {}
+_built_lock = threading.Lock()
+
+
 class FleetRLM(dspy.RLM):  # type: ignore[misc]
     """``dspy.RLM`` telling the model about the sub-agents Fleet's bridge builds, not DSPy's full set."""
+
+    def _build_signatures(self) -> _Signatures:
+        """``dspy.RLM``'s action and extract signatures, with Fleet's sub-agent guidance in place of DSPy's
+        from the start (DSPy would otherwise derive a new action signature for it on every iteration).
+
+        Built once per process for each task signature, tool set, runtime and call budget: a build makes
+        about ten pydantic model classes, a tenth of a turn process's CPU when many turns run. The classes
+        are shared, so nothing changes them in place (optimizers give a predictor a new signature)."""
+        key = (
+            self.signature.instructions,
+            tuple(
+                (name, repr(field.annotation), repr(field.json_schema_extra))
+                for name, field in self.signature.fields.items()
+            ),
+            self._format_tool_docs(self._user_tools),
+            getattr(self._interpreter_factory, "execution_instructions", None),
+            self.max_llm_calls,
+        )
+        with _built_lock:
+            built = _built.get(key)
+        if built is None:
+            built = self._build_with_fleet_guidance()
+            with _built_lock:
+                if len(_built) >= SIGNATURES_KEPT:
+                    del _built[next(iter(_built))]
+                _built[key] = built
+        signatures, initial = built
+        for name, value in initial.items():
+            setattr(self, name, value)
+        return signatures
+
+    def _build_with_fleet_guidance(self) -> tuple[_Signatures, dict[str, str]]:
+        action, extract = super()._build_signatures()
+        guidance = sub_agent_guidance(delegation="spawn_agent" in self._user_tools)
+        initial = {name: str(getattr(self, name)) for name in _INITIAL_RULES}
+        dspy_rules = initial["_initial_interpreter_rules"]
+        if dspy_rules and dspy_rules in action.instructions:
+            rules = self._format_interpreter_rules(initial["_initial_execution_instructions"], guidance)
+            action = action.with_instructions(action.instructions.replace(dspy_rules, rules, 1))
+            initial.update(_initial_sub_agent_rules=guidance, _initial_interpreter_rules=rules)
+        return (action, extract), initial
 
     def _setup_facade(self, repl: Any, budget: Any, interpreter_factory: Callable[[], Any]) -> str:
         rules = super()._setup_facade(repl, budget, interpreter_factory)
