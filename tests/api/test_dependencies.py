@@ -1,31 +1,42 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import pytest
 from fastapi import routing
 from fastapi.dependencies import utils
+from starlette import _exception_handler
+from starlette.middleware import errors
 
 from .conftest import SettingsFactory
 from .server import server_in_thread
 
+THREAD_POOL_CALLERS: list[tuple[ModuleType, str]] = [
+    (utils, "run_in_threadpool"),  # plain def dependencies
+    (utils, "contextmanager_in_threadpool"),  # plain def dependencies that yield
+    (routing, "run_in_threadpool"),  # plain def handlers
+    (_exception_handler, "run_in_threadpool"),  # plain def exception handlers
+    (errors, "run_in_threadpool"),  # the plain def handler of unexpected errors
+]
+
 
 @pytest.fixture
 def thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What FastAPI hands to its thread pool while serving (a plain ``def`` handler or dependency),
-    by name; it still runs there."""
+    """What FastAPI and Starlette hand to their thread pool while serving (a plain ``def`` handler,
+    dependency or exception handler), by name; it still runs there."""
     hops: list[str] = []
 
     def recording(run: Callable[..., Any]) -> Callable[..., Any]:
-        async def hop(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        def hop(function: Any, *args: Any, **kwargs: Any) -> Any:
             hops.append(getattr(kwargs.get("function", function), "__qualname__", repr(function)))
-            return await run(function, *args, **kwargs)
+            return run(function, *args, **kwargs)
 
         return hop
 
-    monkeypatch.setattr(utils, "run_in_threadpool", recording(utils.run_in_threadpool))
-    monkeypatch.setattr(routing, "run_in_threadpool", recording(routing.run_in_threadpool))
+    for module, name in THREAD_POOL_CALLERS:
+        monkeypatch.setattr(module, name, recording(getattr(module, name)))
     return hops
 
 
@@ -36,7 +47,7 @@ def test_requests_are_served_on_the_event_loop_without_a_hop_to_a_thread(
     thread, then for the event loop again, and a burst of requests would start threads meanwhile."""
     with server_in_thread(make_settings(sandbox_pool_size=0, api_token="secret")) as server:
         headers = {"Authorization": "Bearer secret"}
-        with server.http(headers=headers) as http:
+        with server.http(headers=headers) as http, server.http() as anonymous:
             assert http.post("/sessions", json={"name": "s"}).status_code == 201
             assert http.get("/sessions/s").status_code == 200
             assert http.get("/sessions").status_code == 200
@@ -46,4 +57,10 @@ def test_requests_are_served_on_the_event_loop_without_a_hop_to_a_thread(
             assert ticket.status_code == 201
             assert http.post(f"/turns/{turn.json()['id']}/cancel").status_code == 202
             assert http.get("/sessions/s/files").status_code == 200
+            assert http.get("/memory").status_code == 200
+            assert http.get("/sessions/missing").status_code == 404
+            assert http.post("/sessions", json={"name": 7}).status_code == 422
+            assert http.post("/sessions", content=b"{", headers={"Content-Type": "application/json"}).status_code == 400
+            assert http.get("/no/such/route").status_code == 404
+            assert anonymous.get("/sessions").status_code == 401
     assert thread_hops == []

@@ -100,7 +100,7 @@ _HTTP_CODES = {
 }
 
 
-def _store_error(request: Request, exc: Exception) -> JSONResponse:
+async def _store_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StoreError)
     if isinstance(exc, NotFound):
         status = 404
@@ -113,7 +113,7 @@ def _store_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(status, exc.code, exc.message, path=request.url.path)
 
 
-def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors: list[Any] = list(exc.errors())
     first = errors[0] if errors else {}
@@ -124,7 +124,7 @@ def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "invalid_request", f"{where}: {first.get('msg', 'invalid')}", path=request.url.path)
 
 
-def _http_error(request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = getattr(exc, "code", None) or _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
     headers = dict(getattr(exc, "headers", None) or {})
@@ -134,12 +134,12 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, code, str(exc.detail), headers or None, path=request.url.path)
 
 
-def _api_error(request: Request, exc: Exception) -> JSONResponse:
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
     return error_response(exc.status, exc.code, exc.message, exc.headers, path=request.url.path)
 
 
-def _too_large(request: Request, exc: Exception) -> JSONResponse:
+async def _too_large(request: Request, exc: Exception) -> JSONResponse:
     return error_response(413, "upload_too_large", f"the upload is {exc}", path=request.url.path)
 
 
@@ -152,12 +152,12 @@ FILE_DAMAGED: Responses = {
 }
 
 
-def _damaged(request: Request, exc: Exception) -> JSONResponse:
+async def _damaged(request: Request, exc: Exception) -> JSONResponse:
     log.error("%s %s: %s", request.method, request.url.path, exc)
     return error_response(500, "file_damaged", f"{exc}; the file is not served", path=request.url.path)
 
 
-def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     message = "the server failed to handle the request; see its log"
     return error_response(500, "internal_error", message, path=request.url.path)

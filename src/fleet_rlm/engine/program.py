@@ -141,7 +141,7 @@ class FleetRLM(dspy.RLM):  # type: ignore[misc]
         if built is None:
             built = self._build_with_fleet_guidance()
             with _built_lock:
-                if len(_built) >= SIGNATURES_KEPT:
+                if key not in _built and len(_built) >= SIGNATURES_KEPT:
                     del _built[next(iter(_built))]
                 _built[key] = built
         signatures, initial = built
