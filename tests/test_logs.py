@@ -1,14 +1,15 @@
 """A background step that keeps failing logs its traceback once, a line each quiet period while it goes
-on failing, and a line when it works again."""
+on failing, and a line when it works again; a server's log lines are written on a thread of their own."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
 
-from fleet_rlm.logs import FailureLog
+from fleet_rlm.logs import FailureLog, logs_on_a_thread
 
 
 def fail(log: FailureLog, message: str) -> None:
@@ -41,3 +42,39 @@ def test_a_step_failing_again_and_again_logs_a_traceback_once_then_a_line_each_q
 
     fail(log, "down again")
     assert caplog.records[-1].exc_info is not None, "a new spell of failures logs its traceback again"
+
+
+class Held(logging.Handler):
+    """A handler whose writes wait until released (a reader of stderr that fell behind)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.written: list[tuple[str, int]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.gate.wait(10)
+        self.written.append((record.getMessage(), threading.get_ident()))
+
+
+def test_a_server_logs_on_a_thread_so_a_stalled_reader_never_holds_the_caller() -> None:
+    logger = logging.getLogger("fleet.test.logs_on_a_thread")
+    held, quiet = Held(), Held()
+    quiet.setLevel(logging.ERROR)
+    logger.handlers, logger.propagate = [held, quiet], False
+    logger.addFilter(lambda record: record.getMessage() != "dropped")
+    try:
+        with logs_on_a_thread():
+            logger.warning("one %s", "line")
+            logger.warning("dropped")
+            logger.warning("two")
+            assert held.written == [], "the caller waited for the write"
+            held.gate.set()
+            quiet.gate.set()
+        assert [text for text, _ in held.written] == ["one line", "two"]
+        assert threading.get_ident() not in {thread for _, thread in held.written}
+        assert quiet.written == [], "a handler's own level still holds"
+        assert logger.handlers == [held, quiet]
+    finally:
+        logger.handlers, logger.propagate = [], True
+        logger.filters.clear()

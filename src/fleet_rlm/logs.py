@@ -6,13 +6,21 @@
 - :class:`FailureLog`: a background step that keeps failing logs its traceback once, then one line a
   minute while it goes on failing, and one line when it works again, so a process that lost its
   database does not fill its log with the same traceback every second.
+- :func:`logs_on_a_thread`: a server's log lines (uvicorn writes one per request) are formatted and
+  written by a thread of their own. Written on the event loop's thread, each line cost the loop its
+  formatting and write, and a reader of stderr that fell behind (a terminal, a journal, a container
+  runtime) stalled every request and stream with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from fleet_rlm.config import Settings
@@ -60,3 +68,47 @@ def log_to_file(settings: Settings, name: str = "fleet.log") -> Path:
     dspy_logger.handlers = []
     dspy_logger.propagate = True
     return path
+
+
+_Queued = tuple[list[logging.Handler], logging.LogRecord] | None
+
+
+class _ToThread(logging.Handler):
+    """Stands in for a logger's handlers: hands each record, as it is, to the writing thread."""
+
+    def __init__(self, handlers: list[logging.Handler], records: queue.SimpleQueue[_Queued]) -> None:
+        super().__init__()
+        self.handlers = handlers
+        self._records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._records.put((self.handlers, record))
+
+
+def _write(records: queue.SimpleQueue[_Queued]) -> None:
+    while (item := records.get()) is not None:
+        handlers, record = item
+        for handler in handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+
+
+@contextlib.contextmanager
+def logs_on_a_thread() -> Iterator[None]:
+    """While the block runs, the handlers of the root logger and of every logger that has its own
+    handle records on one writing thread (in the order they were logged); the logger's own filters still
+    run where the record is made. Afterwards each logger gets its handlers back, every record written."""
+    records: queue.SimpleQueue[_Queued] = queue.SimpleQueue()
+    loggers = [logging.getLogger(), *logging.root.manager.loggerDict.values()]
+    moved = {logger: logger.handlers for logger in loggers if isinstance(logger, logging.Logger) and logger.handlers}
+    writer = threading.Thread(target=_write, args=(records,), name="fleet-logs", daemon=True)
+    writer.start()
+    for logger, handlers in moved.items():
+        logger.handlers = [_ToThread(handlers, records)]
+    try:
+        yield
+    finally:
+        for logger, handlers in moved.items():
+            logger.handlers = handlers
+        records.put(None)
+        writer.join()

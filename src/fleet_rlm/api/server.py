@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from collections.abc import Sequence
@@ -13,8 +14,11 @@ from starlette.routing import BaseRoute
 from fleet_rlm.api.app import create_app
 from fleet_rlm.api.hosts import is_loopback_name
 from fleet_rlm.config import ConfigError, Settings, load_settings
+from fleet_rlm.logs import logs_on_a_thread
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
+STARTUP_FAILURE = 3
+"""The exit status when the server could not start (uvicorn's own)."""
 log = logging.getLogger(__name__)
 
 
@@ -52,13 +56,18 @@ def serve(
             "list the names clients use for this server in FLEET_ALLOWED_HOSTS",
             host,
         )
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings, ui_routes=ui_routes, freeze_start_up=True),
         host=host,
         port=port,
         log_level="info",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
+    server = uvicorn.Server(config)
+    with logs_on_a_thread(), contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:  # as uvicorn.run ends when it could not start (the port is taken, say)
+        sys.exit(STARTUP_FAILURE)
 
 
 def main(argv: list[str] | None = None, ui_routes: Sequence[BaseRoute] = ()) -> int:
