@@ -151,7 +151,7 @@ class FleetRLM(dspy.RLM):  # type: ignore[misc]
 
     def _build_with_fleet_guidance(self) -> tuple[_Signatures, dict[str, str]]:
         action, extract = super()._build_signatures()
-        guidance = sub_agent_guidance(delegation="spawn_agent" in self._user_tools)
+        guidance = self._fleet_guidance()
         initial = {name: str(getattr(self, name)) for name in _INITIAL_RULES}
         dspy_rules = initial["_initial_interpreter_rules"]
         if dspy_rules and dspy_rules in action.instructions:
@@ -160,9 +160,13 @@ class FleetRLM(dspy.RLM):  # type: ignore[misc]
             initial.update(_initial_sub_agent_rules=guidance, _initial_interpreter_rules=rules)
         return (action, extract), initial
 
+    def _fleet_guidance(self) -> str:
+        """What Fleet tells the model about sub-agents, in place of DSPy's text."""
+        return sub_agent_guidance(delegation="spawn_agent" in self._user_tools)
+
     def _setup_facade(self, repl: Any, budget: Any, interpreter_factory: Callable[[], Any]) -> str:
         rules = super()._setup_facade(repl, budget, interpreter_factory)
-        return sub_agent_guidance(delegation="spawn_agent" in self.tools) if rules else ""
+        return self._fleet_guidance() if rules else ""
 
 
 def build_rlm(
