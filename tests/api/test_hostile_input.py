@@ -113,6 +113,9 @@ def test_a_nul_character_is_refused_with_422_naming_the_field(api: RunningServer
             assert_refused(http.get(url) if "cancel" not in url else http.post(url), 422, "invalid_request", name)
         assert_refused(http.delete("/sessions/s/files/files/a%00b"), 422, "invalid_request", "path")
         assert_refused(http.get("/sessions/s/files/files/a%00b"), 422, "invalid_request", "path")
+        for url, name in (("/labels?group=g%00", "group"), ("/labels?session=s%00", "session")):
+            assert_refused(http.get(url), 422, "invalid_request", name)
+        assert_refused(http.get("/memory?session=s%00"), 422, "invalid_request", "session")
         upload = http.post("/sessions/s/files", files={"file": ("x.txt", b"x")}, data={"path": f"a{NUL}b"})
         assert_refused(upload, 422, "invalid_request", "path")
         archive = http.get("/sessions/s/export").content

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query, Response
 from fleet_rlm.api.deps import Service
 from fleet_rlm.api.errors import ErrorBody, Responses
 from fleet_rlm.api.schemas import MAX_INT32, MemoryApproval, MemoryOut, MemoryPage, MemoryStatus
+from fleet_rlm.api.text import Text
 
 router = APIRouter(tags=["memory"])
 NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such memory entry (memory_not_found)"}}
@@ -30,7 +31,7 @@ BAD_TEXT: Responses = {
 async def list_memory(
     service: Service,
     status: MemoryStatus | None = None,
-    session: Annotated[str | None, Query(description="Only entries proposed in this session (id or name)")] = None,
+    session: Annotated[Text | None, Query(description="Only entries proposed in this session (id or name)")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_INT32)] = 0,
 ) -> MemoryPage:

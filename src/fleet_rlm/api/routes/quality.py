@@ -20,6 +20,7 @@ from fleet_rlm.api.quality_schemas import (
     RunList,
     RunOut,
 )
+from fleet_rlm.api.text import Text
 from fleet_rlm.quality.labels import expectations_from, label_turn
 from fleet_rlm.quality.optimize import approve
 from fleet_rlm.quality.runs import QualityRuns
@@ -67,8 +68,8 @@ async def create_label(body: LabelCreate, service: Service) -> LabelOut:
 @router.get("/labels", response_model=LabelList, responses=SESSION_NOT_FOUND)
 async def list_labels(
     service: Service,
-    session: Annotated[str | None, Query(description="Only this session's labels (id or name)")] = None,
-    group: Annotated[str | None, Query(description="Only labels of this source group")] = None,
+    session: Annotated[Text | None, Query(description="Only this session's labels (id or name)")] = None,
+    group: Annotated[Text | None, Query(description="Only labels of this source group")] = None,
 ) -> LabelList:
     """Labels, oldest first."""
     session_id = (await service.get_session(session)).id if session else None
