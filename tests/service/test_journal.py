@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -46,11 +47,12 @@ async def test_events_are_stored_before_followers_see_them_in_each_turns_order(
     batches = 0
     append = store.append_events
 
-    async def recording_append(events: list[Event]) -> None:
+    async def recording_append(events: list[Event]) -> set[str]:
         nonlocal batches
-        await append(events)
+        refused = await append(events)
         batches += 1
         stored.update((e.turn_id, e.seq) for e in events)
+        return refused
 
     monkeypatch.setattr(store, "append_events", recording_append)
     journal = EventJournal(store)
@@ -163,10 +165,10 @@ async def test_turns_ending_together_commit_together_after_their_events(
         commits.append((len(parts["events"]), len(parts["ends"])))
         return await commit_turns(**parts)
 
-    async def held_once(events: list[Event]) -> None:
+    async def held_once(events: list[Event]) -> set[str]:
         entered.set()
         await busy.wait()  # the journal is busy with an earlier batch while the turns end
-        await append_events(events)
+        return await append_events(events)
 
     monkeypatch.setattr(store, "commit_turns", counting)
     monkeypatch.setattr(store, "append_events", held_once)
@@ -327,3 +329,34 @@ async def test_turns_starting_together_are_marked_running_in_one_transaction(
         record = await store.get_turn(turn)
         assert (record.status, record.program_version) == ("running", "v1") and record.started_at is not None
     assert (await store.get_turn(cancelled)).status == "cancelled"
+
+
+async def test_events_of_a_turn_that_ended_elsewhere_are_neither_stored_nor_published_and_it_is_told(
+    store: Store,
+) -> None:
+    """Another process ended the turn (its lease here lapsed): the journal stores and publishes nothing
+    more of it, tells its owner which turn it was, and goes on with the other turns' events, alone or in
+    a group commit with a turn's end."""
+    ended, running, finishing = [await new_turn(store) for _ in range(3)]
+    for turn in (ended, running, finishing):
+        await store.mark_running(turn)
+    await store.interrupt_turns(lambda t: t.id == ended, "its lease lapsed")
+    told: list[str] = []
+    journal = EventJournal(store, told.append)
+    published: list[Event] = []
+    try:
+        for turn in (ended, running):
+            for event in warnings_of(turn, 3):
+                journal.put(event, published.append)
+        assert await journal.flush(running) == []
+        for event in warnings_of(ended, 4)[3:]:
+            journal.put(event, published.append)
+        end = TurnEnd(finishing, TurnStatus.CANCELLED, events=[replace(warnings_of(finishing, 1)[0], seq=1)])
+        assert (await journal.finish(end)).status == "cancelled"
+    finally:
+        await journal.close()
+
+    assert told == [ended, ended], "told at each refused write"
+    assert {event.turn_id for event in published} == {running}
+    assert [e.type for e in await store.events_after(ended)] == [EventType.TURN_INTERRUPTED]
+    assert seqs(await store.events_after(running)) == [1, 2, 3]

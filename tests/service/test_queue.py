@@ -21,14 +21,18 @@ import asyncpg
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
-from fleet_rlm.protocol.events import EventType
+from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.service.leases import LAPSED_REASON
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.writer import RETRY_DELAYS
 from fleet_rlm.store import Database
+from fleet_rlm.testing.faults import FailingCalls
 from fleet_rlm.testing.settings import scripted_settings
 from tests.store.databases import PostgresDatabases
 
 from .test_lifecycle import SLOW, wait_for_output
+from .test_worker import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -120,6 +124,69 @@ async def test_a_cancel_asked_of_the_api_process_reaches_the_worker_within_a_sec
     ended = await api.wait_for_turn(turn.id)
     assert ended.status == "cancelled"
     assert time.monotonic() - asked < 1.0
+
+
+TICKING = "import time\nfor i in range(300):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\nSUBMIT(answer='x')"
+
+
+async def test_a_worker_whose_turn_was_ended_elsewhere_stores_nothing_more_and_its_followers_see_the_stored_end(
+    processes: Processes, model_server: ScriptedModelServer
+) -> None:
+    """A worker out of the database's reach for longer than its lease: another process's sweep ends its
+    turn interrupted (as here, with the sweep's own call). The worker, still running the turn, must not
+    store events after that end, must stop the turn, and its own followers must see the stored end."""
+    api, worker = await processes.api(), await processes.worker()
+    await api.create_session(name="s")
+    model_server.script("root", rlm_step("Tick.", TICKING))
+    turn, _ = await api.submit_turn("s", TurnSubmission(message="tick"))
+    await wait_for_output(api, turn.id, "tick 3")
+
+    async def follow(service: FleetService) -> list[tuple[int, EventType]]:
+        return [(e.seq, e.type) async for e in await service.events(turn.id)]
+
+    on_worker, on_api = asyncio.create_task(follow(worker)), asyncio.create_task(follow(api))
+    (ended,) = await api.store.interrupt_turns(lambda t: t.id == turn.id, LAPSED_REASON)
+    assert ended.status == "interrupted"
+    seen_on_worker = await asyncio.wait_for(on_worker, 10)
+    seen_on_api = await asyncio.wait_for(on_api, 10)
+    await until(lambda: turn.id not in worker.executions)
+
+    stored = [(e.seq, e.type) for e in await api.stored_events(turn.id, limit=1000)]
+    assert stored[-1][1] is EventType.TURN_INTERRUPTED
+    assert [kind for _, kind in stored].count(EventType.TURN_INTERRUPTED) == 1, "nothing stored after the end"
+    assert seen_on_worker == stored, "the worker's followers saw events that were not stored, or another end"
+    assert seen_on_api == stored
+    assert (await api.get_turn(turn.id)).status == "interrupted"
+
+
+async def test_a_worker_that_published_events_it_could_not_store_ends_its_own_streams_interrupted_too(
+    processes: Processes, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker cannot store events for longer than its journal retries (its followers still get them),
+    and meanwhile another process ends the turn. The stored end then comes before what the worker's
+    followers saw: they get a ``turn.interrupted`` of the worker's own after it, never another end."""
+    api, worker = await processes.api(), await processes.worker()
+    await api.create_session(name="s")
+    model_server.script("root", rlm_step("Tick.", TICKING))
+    turn, _ = await api.submit_turn("s", TurnSubmission(message="tick"))
+    await wait_for_output(api, turn.id, "tick 3")
+    on_worker = asyncio.create_task(_events_of(worker, turn.id))
+    failing = FailingCalls(failures=None)
+    monkeypatch.setattr(worker.store, "append_events", failing.wrap(worker.store.append_events))
+    await until(lambda: failing.failed > len(RETRY_DELAYS), 15)  # the journal gave a write up
+
+    await api.store.interrupt_turns(lambda t: t.id == turn.id, LAPSED_REASON)
+    seen = await asyncio.wait_for(on_worker, 20)
+
+    stored = await api.stored_events(turn.id, limit=1000)
+    assert stored[-1].type is EventType.TURN_INTERRUPTED
+    assert [e.type for e in seen if e.terminal] == [EventType.TURN_INTERRUPTED]
+    assert seen[-1].type is EventType.TURN_INTERRUPTED and seen[-1].data["reason"] == LAPSED_REASON
+    assert seen[-1].seq > stored[-1].seq, "the worker's followers saw events after the stored end"
+
+
+async def _events_of(service: FleetService, turn_id: str) -> list[Event]:
+    return [event async for event in await service.events(turn_id)]
 
 
 async def test_a_notification_is_only_a_wake_up_a_forged_cancel_stops_nothing(

@@ -11,7 +11,7 @@ from sqlalchemy import event, update
 
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.leases import lapsed
-from fleet_rlm.store import Store
+from fleet_rlm.store import LeaseRenewal, Store
 from fleet_rlm.store.tables import EventRow, TurnRow, utcnow
 
 pytestmark = pytest.mark.anyio
@@ -83,11 +83,11 @@ async def test_only_the_runner_renews_its_lease_and_it_hears_of_cancels(store: S
     for turn_id in (first, second):
         await store.claim_turn("mine:1:x", 1, turn_id=turn_id)
     before = (await store.get_turn(first)).lease_expires_at
-    assert await store.renew_leases("thief:1:x", [first], 300) == set()
+    assert await store.renew_leases("thief:1:x", [first], 300) == LeaseRenewal(lost={first})
     assert (await store.get_turn(first)).lease_expires_at == before
 
     await store.request_cancel(second)
-    assert await store.renew_leases("mine:1:x", [first, second], 300) == {second}
+    assert await store.renew_leases("mine:1:x", [first, second], 300) == LeaseRenewal(cancelled={second})
     renewed = (await store.get_turn(first)).lease_expires_at
     assert renewed is not None and before is not None and renewed > before + dt.timedelta(seconds=200)
 
@@ -106,7 +106,21 @@ async def test_a_lease_renewal_does_not_wait_for_a_transaction_storing_the_turns
         storing.add(EventRow(turn_id=first, seq=1, type="turn.started", ts=0.0, span_id="s", data={}))
         await storing.flush()
         renewal = store.renew_leases("mine:1:x", [first, second], 300)
-        assert await asyncio.wait_for(renewal, 10) == set()
+        assert await asyncio.wait_for(renewal, 10) == LeaseRenewal()
+
+
+async def test_a_renewal_tells_the_runner_of_its_turns_another_process_ended(store: Store) -> None:
+    """A runner whose lease lapsed (the database out of its reach) while another process ended its turn
+    learns it at its next renewal, and the turn stays ended."""
+    ended, kept = await queued(store, 2)
+    for turn_id in (ended, kept):
+        await store.claim_turn("mine:1:x", 300, turn_id=turn_id)
+        await store.mark_running(turn_id)
+    await store.interrupt_turns(lambda turn: turn.id == ended, "lapsed")
+
+    assert await store.renew_leases("mine:1:x", [ended, kept], 300) == LeaseRenewal(lost={ended})
+    assert (await store.get_turn(ended)).status == "interrupted"
+    assert (await store.get_turn(kept)).status == "running"
 
 
 async def test_a_lapsed_lease_ends_the_turn_interrupted_but_a_renewed_one_is_left(store: Store) -> None:

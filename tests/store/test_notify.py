@@ -7,11 +7,10 @@ import asyncio
 import asyncpg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import IntegrityError
 
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.store import Store
-from fleet_rlm.store.notify import Channel, notify
+from fleet_rlm.store.notify import Channel, Listener, notify
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +38,7 @@ async def test_a_transaction_notifies_each_distinct_payload_once_when_it_commits
         await listener.close()
 
 
-async def test_stored_events_notify_each_of_their_turns_once_and_a_failed_batch_stores_and_sends_nothing(
+async def test_stored_events_notify_each_of_their_turns_once_and_a_gone_turns_events_are_refused(
     store: Store,
 ) -> None:
     turns = []
@@ -62,11 +61,12 @@ async def test_stored_events_notify_each_of_their_turns_once_and_a_failed_batch_
         for turn_id in turns:
             assert await store.events_after(turn_id) == [e for e in events if e.turn_id == turn_id]
 
-        with pytest.raises(IntegrityError):  # an event of a turn that is gone: the batch is refused whole
-            await store.append_events([event(turns[0], 3), event("turn_gone", 1)])
+        # An event of a turn that is gone (or ended) is refused, and only its turn goes unnotified.
+        assert await store.append_events([event(turns[0], 3), event("turn_gone", 1)]) == {"turn_gone"}
+        assert await asyncio.wait_for(heard.get(), 5) == turns[0]
         await asyncio.sleep(0.2)
-        assert heard.empty(), "a refused batch notified"
-        assert [e.seq for e in await store.events_after(turns[0])] == [1, 2]
+        assert heard.empty(), "a turn whose events were refused was notified"
+        assert [e.seq for e in await store.events_after(turns[0])] == [1, 2, 3]
     finally:
         await listener.close()
 
@@ -103,3 +103,34 @@ async def test_storing_events_again_after_a_lost_answer_keeps_the_first_and_fail
         (2, "second"),
         (3, "third"),
     ]
+
+
+async def test_a_listener_whose_connection_breaks_in_any_way_reconnects_and_hears_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncpg raises its own InternalClientError when a connection breaks mid-operation (a terminated
+    backend); the listener must reconnect, not end for good (the process would hear nothing more)."""
+    if store.db.is_sqlite:
+        pytest.skip("SQLite has no notifications")
+    add_listener = asyncpg.Connection.add_listener
+    broken = 0
+
+    async def breaking_once(self: asyncpg.Connection, channel: str, callback: object) -> None:
+        nonlocal broken
+        if not broken:
+            broken += 1
+            raise asyncpg.InternalClientError("cannot switch to state 11; another operation (2) is in progress")
+        await add_listener(self, channel, callback)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(asyncpg.Connection, "add_listener", breaking_once)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    listener = Listener(store.db, {Channel.EVENTS: heard.put_nowait}, lambda: None)
+    listener.start()
+    try:
+        await asyncio.wait_for(listener.connected.wait(), 10)
+        async with store.db.write() as session:
+            await notify(store.db, session, Channel.EVENTS, ["turn_a"])
+        assert await asyncio.wait_for(heard.get(), 5) == "turn_a"
+        assert broken == 1
+    finally:
+        await listener.close()

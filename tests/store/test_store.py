@@ -9,7 +9,8 @@ import pytest
 import sqlalchemy.event
 
 from fleet_rlm.protocol.events import Event, EventType
-from fleet_rlm.store import Conflict, FileChanges, FileRecord, Invalid, NotFound, Store, TurnStart
+from fleet_rlm.protocol.status import TurnStatus
+from fleet_rlm.store import Conflict, FileChanges, FileRecord, Invalid, NotFound, Store, TurnEnd, TurnStart
 
 pytestmark = pytest.mark.anyio
 
@@ -266,6 +267,34 @@ async def test_interrupted_turn_gets_a_terminal_event_and_cannot_be_finished_lat
     assert late.value.code == "turn_not_active"
     # The session is usable again.
     assert (await store.create_turn(session.id, "next"))[1]
+
+
+async def test_events_of_a_turn_that_ended_are_refused_nothing_is_stored_after_its_terminal_event(
+    store: Store,
+) -> None:
+    """A process that kept running a turn another process ended (its lease lapsed) cannot store more
+    of it, by itself or in a group commit with other turns' events; it is told which turns were refused."""
+    session, other = await store.create_session(), await store.create_session()
+    ended, _ = await store.create_turn(session.id, "x")
+    running, _ = await store.create_turn(other.id, "y")
+    for turn in (ended, running):
+        await store.mark_running(turn.id, events=[event(turn.id, 1, EventType.TURN_STARTED)])
+    await store.interrupt_turns(lambda t: t.id == ended.id, "its lease lapsed")
+
+    assert await store.append_events([event(ended.id, 3), event(running.id, 2)]) == {ended.id}
+    commit = await store.commit_turns(events=[event(ended.id, 4), event(running.id, 3)])
+    assert commit.refused == {ended.id}
+    finished = await store.commit_turns(
+        events=[event(running.id, 4)],
+        ends=[TurnEnd(running.id, TurnStatus.COMPLETED, events=[event(running.id, 5, EventType.TURN_COMPLETED)])],
+    )
+    assert finished.refused == set(), "a turn's events put with its end are stored"
+
+    assert [(e.seq, e.type) for e in await store.events_after(ended.id)] == [
+        (1, EventType.TURN_STARTED),
+        (2, EventType.TURN_INTERRUPTED),
+    ]
+    assert [e.seq for e in await store.events_after(running.id)] == [1, 2, 3, 4, 5]
 
 
 async def test_deleting_a_session_removes_its_turns_and_files_but_not_while_busy(store: Store) -> None:

@@ -39,7 +39,6 @@ def topology(model_server: ScriptedModelServer, home: Path, postgres_url: str, t
             lm_num_retries="0",
             sandbox_pool_size="1",
             worker_in_server="false",
-            worker_lease_seconds="5",
             worker_turn_processes="1",
         ),
     }

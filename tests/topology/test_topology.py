@@ -4,14 +4,17 @@ worker's kill -9 (its turn ends interrupted once its lease lapses) and a rolling
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
 import psutil
 import pytest
 
+from fleet_rlm.api.client import FleetClient
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
+from tests.api.server import ServerProcess
 
 from .processes import Topology
 
@@ -55,7 +58,8 @@ def test_a_turn_queued_on_one_replica_is_claimed_by_a_worker_and_streamed_whole_
         assert any(e.type is EventType.OUTPUT and f"working on {name}" in str(e.data["text"]) for e in events)
         assert replica_a.turn(turn["id"])["answer"] == name
         assert replica_b.turn(turn["id"])["status"] == "completed"
-    runners = {topology.runner_of(turn["id"]) for turn in turns}
+    runners = [topology.runner_of(turn["id"]) for turn in turns]
+    assert all(runners), "a completed turn names no runner"
     worker_pids = {str(worker.pid) for worker in topology.workers}
     assert {runner.rsplit(":", 2)[1] for runner in runners if runner} <= worker_pids, "a replica ran a turn"
 
@@ -63,6 +67,7 @@ def test_a_turn_queued_on_one_replica_is_claimed_by_a_worker_and_streamed_whole_
 def test_a_worker_killed_mid_turn_leaves_the_turn_interrupted_within_15s_and_the_session_usable(
     topology: Topology, model_server: ScriptedModelServer
 ) -> None:
+    """At the default lease (``worker.lease_seconds``, 10 s)."""
     topology.start()
     client = topology.client(0)
     client.create_session(name="doomed")
@@ -211,3 +216,34 @@ def _through_any_replica(topology: Topology, call: object) -> dict:  # type: ign
                 last = exc
         time.sleep(0.1)
     raise AssertionError(f"no replica answered: {last}")
+
+
+def test_fleet_serve_running_turns_itself_drains_on_sigterm_and_another_replica_streams_the_end(
+    topology: Topology, model_server: ScriptedModelServer
+) -> None:
+    """``fleet serve`` with its own workers (the default) on PostgreSQL, stopped mid-turn as in a rolling
+    restart: it takes no new turns, lets the running one finish, and exits cleanly; the replica that stays
+    serves the whole turn."""
+    topology.start(replicas=1, workers=0)
+    serving = ServerProcess({**topology.env, "FLEET_WORKER_IN_SERVER": "true"}, topology.logs / "serve.log", cli=True)
+    serving.start()
+    try:
+        with FleetClient(serving.base_url) as client:
+            client.create_session(name="restarted")
+            work = "print('started', flush=True)\nimport time\ntime.sleep(3)\nSUBMIT(answer='finished')"
+            model_server.script("root", rlm_step("Work.", work))
+            turn = client.submit_turn("restarted", "finish what you started")
+            wait_for_output([], client.follow(turn["id"]), "started")
+        assert serving.process is not None
+        serving.process.send_signal(signal.SIGTERM)
+        # uvicorn ends by raising the signal it caught again, once it has shut down (a service manager
+        # counts that as a clean stop).
+        assert serving.process.wait(timeout=90) == -signal.SIGTERM
+
+        other = topology.client(0)
+        ended = other.turn(turn["id"])
+        assert (ended["status"], ended["answer"]) == ("completed", "finished"), ended.get("error")
+        assert_whole(list(other.follow(turn["id"])), EventType.TURN_COMPLETED)
+        assert "draining: no new turns; 1 running" in serving.log.read_text()
+    finally:
+        serving.stop()

@@ -8,6 +8,7 @@ the access log's redaction (:mod:`~fleet_rlm.api.access_log`). Middleware runs o
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -32,6 +33,7 @@ from fleet_rlm.quality.runs import QualityRuns
 from fleet_rlm.service.service import FleetService
 
 API_PREFIX = "/api/v1"
+log = logging.getLogger(__name__)
 
 
 def create_app(
@@ -40,11 +42,15 @@ def create_app(
     ui_routes: Sequence[BaseRoute] = (),
     *,
     freeze_start_up: bool = False,
+    drain_on_shutdown: bool = False,
 ) -> FastAPI:
     """The app; it starts the service (migrations, reconciliation, sandbox pool) on start-up.
 
     ``freeze_start_up`` (a server process of its own, not an app inside tests): once started, the
     process's objects are set aside from the garbage collector (:func:`fleet_rlm.heap.freeze_start_up`).
+
+    ``drain_on_shutdown`` (the server command): at shutdown the turns the process runs get
+    :attr:`FleetService.shutdown_drain_seconds` to finish (on PostgreSQL), as ``fleet worker`` gives them.
 
     ``ui_routes`` serve a user interface beside the API, outside ``/api`` and outside its OpenAPI
     document (``fleet serve`` passes the web workbench's, :mod:`fleet_rlm.clients.web`: the API layer
@@ -67,7 +73,10 @@ def create_app(
                 yield
         finally:
             await runs.close()
-            await fleet.stop()
+            drain = fleet.shutdown_drain_seconds if drain_on_shutdown else 0.0
+            if drain and fleet.executions:
+                log.info("draining: no new turns; %d running get %.0fs to finish", len(fleet.executions), drain)
+            await fleet.stop(drain=drain)
 
     app = FastAPI(
         title="Fleet RLM",

@@ -57,7 +57,7 @@ def serve(
             host,
         )
     config = uvicorn.Config(
-        create_app(settings, ui_routes=ui_routes, freeze_start_up=True),
+        create_app(settings, ui_routes=ui_routes, freeze_start_up=True, drain_on_shutdown=True),
         host=host,
         port=port,
         log_level="info",

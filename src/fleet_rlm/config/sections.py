@@ -324,7 +324,9 @@ class WorkerSettings(BaseModel):
         description="A runner's claim on a turn; renewed every third of it; a turn whose lease lapsed ends interrupted.",
     )
     drain_seconds: float = Field(
-        default=60.0, ge=0, description="On SIGTERM, how long fleet worker lets its running turns finish."
+        default=60.0,
+        ge=0,
+        description="On SIGTERM, how long fleet worker (and fleet serve on PostgreSQL) lets its running turns finish.",
     )
     turn_processes: int = Field(
         default=2,

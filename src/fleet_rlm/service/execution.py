@@ -41,6 +41,7 @@ from fleet_rlm.service.channel import TurnChannel
 from fleet_rlm.service.engines import OwnThreads, RunningTurn, TurnEngine
 from fleet_rlm.service.files import UNREVIEWED_ORIGIN, SessionFiles, refresh_workspace
 from fleet_rlm.service.kernels import Kernel, KernelOpening, KernelRegistry, TurnRuns
+from fleet_rlm.service.leases import LAPSED_REASON
 from fleet_rlm.service.memory import MEMORY_FILE, MemoryBook
 from fleet_rlm.service.pool import Lease, SandboxPool
 from fleet_rlm.service.programs import program_of_turn, program_or_builtin
@@ -105,6 +106,9 @@ class TurnExecution:
         self.engine_turn: RunningTurn | None = None
         self.cancel_requested = False
         self.shutting_down = False
+        self.ending = False
+        """Its end is being committed (a cancel no longer changes it)."""
+        self.ended_elsewhere = False
         self.lease: Lease | None = None
         self._terminal: Event | None = None
         self._terminal_seen = asyncio.Event()
@@ -123,6 +127,15 @@ class TurnExecution:
         self.shutting_down = self.shutting_down or shutdown
         if self.engine_turn is not None:
             self.engine_turn.cancel()
+
+    def end_elsewhere(self) -> bool:
+        """Stop the turn because another process ended it; its followers then get the end that was
+        stored. False when it was already stopped so, or is committing its own end."""
+        if self.ending or self.ended_elsewhere:
+            return False
+        self.ended_elsewhere = True
+        self.cancel()
+        return True
 
     # Events -----------------------------------------------------------------------------------
 
@@ -298,8 +311,11 @@ class TurnExecution:
         return TurnOutcome(status=TurnStatus.CANCELLED, error="the turn was cancelled")
 
     async def _commit(self, outcome: TurnOutcome, changes: FileChanges | None) -> None:
+        self.ending = True
         if self.shutting_down and outcome.status is TurnStatus.CANCELLED:
             outcome.status, outcome.error = TurnStatus.INTERRUPTED, SHUTDOWN_REASON
+        if self.ended_elsewhere and outcome.status is TurnStatus.CANCELLED:
+            outcome.status, outcome.error = TurnStatus.INTERRUPTED, LAPSED_REASON
         terminal = self._terminal
         if terminal is None or terminal.type is not outcome.status.terminal_event:
             terminal = self._own_terminal(outcome)
@@ -319,12 +335,33 @@ class TurnExecution:
         try:
             await self._finish_with_retries(end)
         except Conflict as exc:
+            # It ended elsewhere (another process ended it when this one's lease lapsed): followers get
+            # the end that was stored.
             log.warning("turn %s: %s", self.turn_id, exc)
+            if await self._publish_stored_end():
+                return
         except Exception:
-            # Followers still learn the end; the stored turn stays running until the next start-up
-            # marks it interrupted.
+            # Followers still learn the end; the stored turn is ended interrupted by whichever process
+            # sees its lease lapse (or by the next start-up).
             log.exception("turn %s: could not commit its end", self.turn_id)
         self.channel.publish(terminal)
+
+    async def _publish_stored_end(self) -> bool:
+        """Publish the stored events after those published, up to the turn's terminal one; False when
+        they could not be read or hold no terminal event (events the journal could not store were
+        published, so the stored end may come before them: the turn's own terminal event then stands
+        in for it)."""
+        after = self.channel.events[-1].seq if self.channel.events else 0
+        try:
+            while stored := await self.store.events_after(self.turn_id, after):
+                for event in stored:
+                    self.channel.publish(event)
+                if stored[-1].terminal:
+                    return True
+                after = stored[-1].seq
+        except Exception:
+            log.exception("turn %s: could not read its stored end", self.turn_id)
+        return False
 
     def _own_terminal(self, outcome: TurnOutcome) -> Event:
         payload = outcome.terminal_payload()

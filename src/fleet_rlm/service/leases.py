@@ -1,7 +1,9 @@
 """Keeping this process's claims on its turns, and ending the turns of runners that stopped keeping theirs.
 
 Every turn a process runs is held under a lease (``worker.lease_seconds``) that it renews every third
-of it; the renewal also brings back the cancels other processes asked for. Every serving process
+of it; the renewal also brings back the cancels other processes asked for, and the turns it no longer
+holds (another process ended them when the lease lapsed: the database was out of this process's reach
+for longer than a lease), which this process then stops without storing anything more of them. Every serving process
 (API replica or worker) also looks for turns whose lease lapsed, a fifth of a lease apart, and ends
 them ``interrupted`` with a terminal event, so a worker killed mid-turn leaves no turn running for
 longer than a lease and a fifth, and its session takes new turns.
@@ -36,6 +38,7 @@ class LeaseKeeper:
         running: Callable[[], Collection[str]],
         cancel: Callable[[str], None],
         interrupted: Callable[[TurnRecord], None],
+        lost: Callable[[str], None] = lambda _turn_id: None,
     ) -> None:
         self.store = store
         self.runner = runner
@@ -43,6 +46,7 @@ class LeaseKeeper:
         self._running = running
         self._cancel = cancel
         self._interrupted = interrupted
+        self._lost = lost
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweep_failures = FailureLog(log, "ending turns whose lease lapsed")
         self._renew_failures = FailureLog(log, "renewing this process's turn leases")
@@ -63,11 +67,21 @@ class LeaseKeeper:
         task.add_done_callback(self._tasks.discard)
 
     async def renew(self) -> None:
-        for turn_id in await self.store.renew_leases(self.runner, list(self._running()), self.lease_seconds):
+        renewal = await self.store.renew_leases(self.runner, list(self._running()), self.lease_seconds)
+        for turn_id in renewal.cancelled:
             self._cancel(turn_id)
+        for turn_id in renewal.lost:
+            self._lost(turn_id)
 
     async def sweep(self) -> None:
-        for turn in await self.store.interrupt_turns(lapsed, LAPSED_REASON, lease_lapsed=True):
+        """End the turns whose lease lapsed, except those this process runs: it renews their leases
+        itself (a lease of its own lapses only when its event loop stood still longer than a lease)."""
+        running = set(self._running())
+
+        def abandoned(turn: TurnRecord) -> bool:
+            return lapsed(turn) and turn.id not in running
+
+        for turn in await self.store.interrupt_turns(abandoned, LAPSED_REASON, lease_lapsed=True):
             log.warning(
                 "turn %s of session %s: its runner %s let its lease lapse", turn.id, turn.session_id, turn.runner
             )

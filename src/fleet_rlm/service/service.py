@@ -103,7 +103,7 @@ class FleetService(TurnOperations):
         self._backend = backend
         self._pool: SandboxPool | None = None
         self.channels = ChannelRegistry()
-        self.journal = EventJournal(self.store)
+        self.journal = EventJournal(self.store, self._ended_elsewhere)
         self.submissions = SubmissionQueue(self.store)
         self.executions: dict[str, TurnExecution] = {}
         self.interrupted_at_start: list[TurnRecord] = []
@@ -192,6 +192,7 @@ class FleetService(TurnOperations):
             lambda: list(self.executions),
             self._cancel_here,
             lambda turn: self.wakeups.wake(turn.id),
+            self._ended_elsewhere,
         )
         self._leases.start(renew=self.runs_turns)
         if not self.database.is_sqlite:
@@ -233,6 +234,16 @@ class FleetService(TurnOperations):
 
     async def _kept_blobs(self, session_id: str) -> set[str]:
         return await self.store.referenced_blobs(session_id) | await self.store.replay_blobs(session_id)
+
+    @property
+    def shutdown_drain_seconds(self) -> float:
+        """How long a server's shutdown (SIGTERM) lets this process's running turns finish: as long as a
+        worker's drain (``worker.drain_seconds``) when it runs turns on PostgreSQL, where the other
+        replicas serve their streams meanwhile; none on SQLite, where nothing else could (its turns end
+        ``interrupted`` at once)."""
+        if self.runs_turns and not self.database.is_sqlite:
+            return self.settings.worker.drain_seconds
+        return 0.0
 
     async def stop(self, *, drain: float = 0.0) -> None:
         """Stop claiming turns; give running ones ``drain`` seconds to finish; stop the rest (they end

@@ -349,6 +349,13 @@ class TurnOperations(ABC):
         if execution is not None:
             execution.cancel()
 
+    def _ended_elsewhere(self, turn_id: str) -> None:
+        """Stop the turn if this process still runs it: it was ended elsewhere (another process ends a turn
+        whose lease lapsed: this process could not renew it for longer than a lease)."""
+        execution = self.executions.get(turn_id)
+        if execution is not None and execution.end_elsewhere():
+            log.warning("turn %s was ended by another process (its lease here lapsed): stopping it", turn_id)
+
 
 async def _one_by_one(batches: AsyncGenerator[list[Event], None]) -> AsyncIterator[Event]:
     async with contextlib.aclosing(batches):

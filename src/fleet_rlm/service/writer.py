@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 2000
 RETRY_DELAYS = (0.05, 0.2, 1.0, 3.0)
 Publish = Callable[[Event], None]
+Refused = Callable[[str], None]
 T = TypeVar("T")
 
 
@@ -83,8 +84,13 @@ class JournalClosed(RuntimeError):
 
 
 class EventJournal:
-    def __init__(self, store: Store) -> None:
+    """``refused(turn_id)`` hears of a turn whose events the database refused because the turn already
+    ended (another process ended it ``interrupted`` when this one's lease lapsed); those events are
+    neither stored nor published."""
+
+    def __init__(self, store: Store, refused: Refused = lambda _turn_id: None) -> None:
         self.store = store
+        self._refused = refused
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._batch: list[_Item] = []
@@ -158,10 +164,17 @@ class EventJournal:
         events = [event for event, _ in published]
         if starts or endings:
             # Settled here, their callers resume only after this task publishes the events below.
-            await self._commit(starts, events, endings)
+            refused = await self._commit(starts, events, endings)
         else:
-            await self._write(events)
+            refused = await self._write(events)
+        for turn_id in refused:
+            try:
+                self._refused(turn_id)
+            except Exception:
+                log.exception("turn %s: telling of its refused events failed", turn_id)
         for event, publish in published:
+            if event.turn_id in refused:
+                continue
             try:
                 publish(event)
             except Exception:
@@ -170,8 +183,9 @@ class EventJournal:
             if isinstance(item, _Flushing):
                 item.settle(None)
 
-    async def _commit(self, starts: list[_Starting], events: list[Event], endings: list[_Ending]) -> None:
-        """One transaction for the batch; settles each start and end (publishing is the caller's)."""
+    async def _commit(self, starts: list[_Starting], events: list[Event], endings: list[_Ending]) -> set[str]:
+        """One transaction for the batch; settles each start and end (publishing is the caller's).
+        Returns the turns whose events were refused (they already ended)."""
         ends = [replace(e.end, events=[*self._failed.get(e.end.turn_id, []), *e.end.events]) for e in endings]
         try:
             commit = await self.store.commit_turns(starts=[s.start for s in starts], events=events, ends=ends)
@@ -183,31 +197,33 @@ class EventJournal:
                 len(events),
                 exc,
             )
-            await self._write(events)
+            refused = await self._write(events)
             for starting in starts:
                 starting.settle(exc)
             for ending in endings:
                 ending.settle(exc)
-            return
+            return refused
         for starting in starts:
             starting.settle(Started(commit.program) if starting.start.turn_id in commit.started else None)
         for end, ending, result in zip(ends, endings, commit.ended, strict=True):
             self._failed.pop(end.turn_id, None)
             ending.settle(result)
+        return commit.refused
 
-    async def _write(self, batch: list[Event]) -> None:
+    async def _write(self, batch: list[Event]) -> set[str]:
+        """Store ``batch``, retried; returns the turns whose events were refused (they already ended)."""
         for delay in (*RETRY_DELAYS, None):
             try:
-                await self.store.append_events(batch)
-                return
+                return await self.store.append_events(batch)
             except Exception as exc:
                 if delay is None:
                     # Followers still get them live; each turn's final commit retries its own.
                     log.error("could not store %d events: %s", len(batch), exc)
                     for event in batch:
                         self._failed[event.turn_id].append(event)
-                    return
+                    return set()
                 await asyncio.sleep(delay)
+        return set()
 
     async def close(self) -> None:
         """Stop storing; whoever still waits on a start, an end or a flush learns it (never waits on)."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ARRAY, Float, Integer, Select, String, any_, bindparam, cast, func, select, true
+from sqlalchemy import ARRAY, Float, Integer, Select, String, Text, any_, bindparam, case, cast, func, select, true
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from fleet_rlm.protocol.events import Event
+from fleet_rlm.protocol.status import ACTIVE_STATUSES
 from fleet_rlm.store.base import StoreBase, event_of, event_row, id_chunks
 from fleet_rlm.store.errors import NotFound
 from fleet_rlm.store.notify import Channel
@@ -18,20 +19,41 @@ from fleet_rlm.store.tables import EVENTS, TURNS
 
 
 class EventQueries(StoreBase):
-    async def append_events(self, events: Sequence[Event]) -> None:
-        """Store ``events`` (all or none) and tell the processes following their turns. An event already
-        stored (the same turn and seq) is left as it is: a write whose answer was lost on the way (the
-        connection dropped after the commit) is retried, and the retry must not fail on it."""
+    async def append_events(self, events: Sequence[Event]) -> set[str]:
+        """Store ``events`` of turns still queued or running (all or none) and tell the processes
+        following their turns; returns the turns whose events were refused because the turn is not (or
+        no longer) active, e.g. another process ended it ``interrupted`` when its runner's lease lapsed:
+        nothing is stored after a turn's terminal event. An event already stored (the same turn and seq)
+        is left as it is: a write whose answer was lost on the way (the connection dropped after the
+        commit) is retried, and the retry must not fail on it."""
         if not events:
-            return
+            return set()
         if self.db.is_sqlite:
             async with self.db.write_connection() as connection:
-                await connection.execute(_STORE_ONCE, [event_row(e) for e in events])
-            return
+                return await self._store_events(connection, events)
         # One statement, committed by itself: the journal stores most events this way, and each round
         # trip of BEGIN, INSERT, NOTIFY, COMMIT waited for a busy event loop.
         async with self.db.one_statement_write() as connection:
-            await connection.execute(_STORE_AND_NOTIFY, {**_columns(events), "channel": Channel.EVENTS.value})
+            return await self._store_events(connection, events)
+
+    async def _store_events(self, connection: AsyncConnection | AsyncSession, events: Sequence[Event]) -> set[str]:
+        """In ``connection``'s transaction, store those of ``events`` whose turn is still active and (on
+        PostgreSQL) notify their turns; returns the turns whose events were refused. On PostgreSQL each
+        turn is read under a key-share lock, which waits for a transaction ending the turn elsewhere (it
+        locks the turn ``FOR UPDATE``) and then sees it ended."""
+        turn_ids = {event.turn_id for event in events}
+        if not self.db.is_sqlite:
+            stored = await connection.execute(_STORE_AND_NOTIFY, {**_columns(events), "channel": Channel.EVENTS.value})
+            return turn_ids - set(stored.scalars())
+        active: set[str] = set()
+        for chunk in id_chunks(sorted(turn_ids)):
+            # By id, the status compared here: SQLite would otherwise scan the status index.
+            statuses = await connection.execute(select(TURNS.c.id, TURNS.c.status).where(TURNS.c.id.in_(chunk)))
+            active.update(row.id for row in statuses if row.status in ACTIVE_STATUSES)
+        rows = [event_row(e) for e in events if e.turn_id in active]
+        if rows:
+            await connection.execute(_STORE_ONCE, rows)
+        return turn_ids - active
 
     async def events_after(self, turn_id: str, after_seq: int = 0, *, limit: int = 1000) -> list[Event]:
         async with self.db.read_connection() as connection:
@@ -116,10 +138,11 @@ _TURNS_BY_ID = select(TURNS).where(TURNS.c.id == any_(cast(bindparam("ids"), ARR
 
 
 def _store_and_notify() -> Select[Any]:
-    """Insert the events given as one array per column and notify each of their turns once (PostgreSQL):
-    an INSERT in a WITH clause, so both happen in one statement."""
-    rows = (
-        func.unnest(
+    """Insert the events (given as one array per column) of the turns still active and notify each turn
+    that got some once (PostgreSQL): the INSERT in a WITH clause, so all of it is one statement. Its rows
+    are the active turns among the events'."""
+    rows = select(
+        *func.unnest(
             cast(bindparam("turn_id"), ARRAY(String)),
             cast(bindparam("seq"), ARRAY(Integer)),
             cast(bindparam("type"), ARRAY(String)),
@@ -130,16 +153,25 @@ def _store_and_notify() -> Select[Any]:
         )
         .table_valued(*_EVENT_COLUMNS)
         .render_derived()
+        .c
+    ).cte("new_events")
+    active = (
+        select(TURNS.c.id)
+        .where(TURNS.c.id.in_(select(rows.c.turn_id)), TURNS.c.status.in_(ACTIVE_STATUSES))
+        .with_for_update(read=True, key_share=True)
+        .cte("active")
     )
     stored = (
         postgresql.insert(EVENTS)
-        .from_select(list(_EVENT_COLUMNS), select(*rows.c))
+        .from_select(list(_EVENT_COLUMNS), select(*rows.c).where(rows.c.turn_id.in_(select(active.c.id))))
         .on_conflict_do_nothing(index_elements=[EVENTS.c.turn_id, EVENTS.c.seq])
         .returning(EVENTS.c.turn_id)
         .cte("stored")
     )
-    turns = select(stored.c.turn_id).distinct().subquery()
-    return select(func.pg_notify(bindparam("channel"), turns.c.turn_id))
+    notified = case(
+        (active.c.id.in_(select(stored.c.turn_id)), cast(func.pg_notify(bindparam("channel"), active.c.id), Text))
+    )
+    return select(active.c.id, notified)
 
 
 _EVENT_COLUMNS = ("turn_id", "seq", "type", "ts", "span_id", "parent_span_id", "data")

@@ -20,7 +20,7 @@ from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
 from fleet_rlm.store.base import StoreBase, id_chunks
 from fleet_rlm.store.errors import NotFound
 from fleet_rlm.store.notify import Channel, notify
-from fleet_rlm.store.records import Claimed, SessionRecord, TurnRecord
+from fleet_rlm.store.records import Claimed, LeaseRenewal, SessionRecord, TurnRecord
 from fleet_rlm.store.tables import TURNS, SessionRow, TurnRow, utcnow
 
 
@@ -153,10 +153,11 @@ class LeaseQueries(StoreBase):
             last = (await session.execute(query)).first()
         return None if last is None else kernel_kept_by(last.runner, last.status)
 
-    async def renew_leases(self, runner: str, turn_ids: Collection[str], lease_seconds: float) -> set[str]:
-        """Extend ``runner``'s leases on ``turn_ids``; returns those of them a cancel was asked for."""
+    async def renew_leases(self, runner: str, turn_ids: Collection[str], lease_seconds: float) -> LeaseRenewal:
+        """Extend ``runner``'s leases on ``turn_ids``: which of them a cancel was asked for, and which it no
+        longer holds (they ended, e.g. another process ended them ``interrupted`` when this lease lapsed)."""
         if not turn_ids:
-            return set()
+            return LeaseRenewal()
         mine = (TurnRow.id.in_(list(turn_ids)), TurnRow.runner == runner, TurnRow.status.in_(ACTIVE_STATUSES))
         # Locked in id order first, as the journal's group commit locks turns: no cycle of waits. FOR NO
         # KEY UPDATE (key_share), what an UPDATE takes anyway: a transaction storing events holds their
@@ -164,13 +165,18 @@ class LeaseQueries(StoreBase):
         # stores events of two turns, which PostgreSQL breaks only after a second.
         locked = select(TurnRow.id).where(*mine).order_by(TurnRow.id).with_for_update(key_share=True)
         async with self.db.write() as session:
-            await session.execute(
+            held = await session.execute(
                 update(TurnRow)
                 .where(TurnRow.id.in_(locked.scalar_subquery()))
                 .values(lease_expires_at=lease_end(lease_seconds))
+                .returning(TurnRow.id, TurnRow.cancel_requested)
+                .execution_options(synchronize_session=False)
             )
-            cancelled = await session.execute(select(TurnRow.id).where(*mine, TurnRow.cancel_requested.is_(True)))
-            return set(cancelled.scalars())
+            rows = held.all()
+        return LeaseRenewal(
+            cancelled={turn_id for turn_id, cancel in rows if cancel},
+            lost=set(turn_ids) - {turn_id for turn_id, _ in rows},
+        )
 
     async def request_cancel(self, turn_id: str) -> TurnRecord:
         """Flag an active turn for its runner to cancel, and tell the runner at once."""

@@ -94,8 +94,8 @@ class Listener:
                         await asyncio.wait_for(lost.wait(), RECONNECT_SECONDS * 5)
                     if not lost.is_set():
                         await connection.execute("SELECT 1")  # notices a dead peer
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("the notification connection dropped (%s); reconnecting", exc)
+            except Exception as exc:  # whatever broke the connection (asyncpg's own state errors too)
+                log.warning("the notification connection dropped (%s: %s); reconnecting", type(exc).__name__, exc)
             finally:
                 self.connected.clear()
                 with contextlib.suppress(Exception):

@@ -207,6 +207,15 @@ class TurnEnd:
 
 
 @dataclass(frozen=True)
+class LeaseRenewal:
+    """What renewing a runner's leases found: the turns a cancel was asked for, and those it no longer
+    holds (they ended meanwhile; another process ends a turn whose lease lapsed)."""
+
+    cancelled: set[str] = field(default_factory=set)
+    lost: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
 class TurnCommit:
     """What :meth:`fleet_rlm.store.Store.commit_turns` did: the turns it marked running (the others of its
     starts were no longer queued), and each end's turn as ended or the error that left it alone."""
@@ -215,6 +224,8 @@ class TurnCommit:
     ended: list[TurnRecord | Conflict | NotFound]
     program: ProgramRecord | None = None
     """The program the started turns run (read in the same transaction); None: the built-in one."""
+    refused: set[str] = field(default_factory=set)
+    """The turns of the events it was given that are no longer active: their events were not stored."""
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from fleet_rlm.store.records import (
     row_values,
 )
 from fleet_rlm.store.submissions import Created, create_together
-from fleet_rlm.store.tables import EVENTS, TURNS, EventRow, SessionRow, TurnRow, utcnow
+from fleet_rlm.store.tables import TURNS, EventRow, SessionRow, TurnRow, utcnow
 
 
 def _version(program: ProgramRecord | None) -> str:
@@ -330,7 +330,8 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
     ) -> TurnCommit:
         """In one transaction (the group commit of the turns a process runs): mark each of ``starts``
         running (as :meth:`mark_running`, with its events; the program they run is read once for all and
-        returned), store ``events`` (of any turns), and end each turn of ``ends``.
+        returned), store ``events`` (of any turns still active; the others are returned as refused, as
+        :meth:`append_events` does), and end each turn of ``ends``.
         Each end's result is its turn as ended, or the error that left it alone: ``NotFound``, or
         ``turn_not_active`` when it already ended. Any other error rolls everything back.
 
@@ -341,7 +342,6 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             if end.status not in FINAL_STATUSES:
                 raise Invalid(f"{end.status!r} is not a final turn status")
         results: list[TurnRecord | Conflict | NotFound] = []
-        rows_to_insert = [event_row(e) for e in events]
         sessions: set[str] = set()
         async with self.db.write() as session:
             now = utcnow()
@@ -351,7 +351,16 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             program = await serving_program(session) if starts else None
             started = await self._start_turns(session, starts, rows, now, _version(program))
             announced = [e for s in starts if s.turn_id in started for e in s.events]
-            rows_to_insert.extend(event_row(e) for e in announced)
+            ending = {end.turn_id: end for end in reversed(ends)}  # the first end of a turn is the one
+            own = [
+                e
+                for end in ending.values()
+                if (row := rows.get(end.turn_id)) and row.status in ACTIVE_STATUSES
+                for e in end.events
+            ]
+            # Stored before any end below changes its turn: a turn's events put with its end are kept.
+            stored = [*events, *announced, *own]
+            refused = await self._store_events(session, stored) if stored else set()
             for end in ends:
                 row = rows.get(end.turn_id)
                 if row is None:
@@ -370,18 +379,16 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
                 row.usage = dict(end.usage or {})
                 row.artifacts = list(end.artifacts or [])
                 row.finished_at = now
-                rows_to_insert.extend(event_row(e) for e in end.events)
                 if end.files is not None:
                     await self._apply_file_changes(session, row.session_id, end.files, end.turn_id)
                 sessions.add(row.session_id)
                 results.append(TurnRecord.of(row))
-            if rows_to_insert:
-                await session.execute(insert(EVENTS), rows_to_insert)
             if sessions:
                 await session.execute(update(SessionRow).where(SessionRow.id.in_(sessions)).values(updated_at=now))
-            ended = [r.id for r in results if isinstance(r, TurnRecord)]
-            await notify(self.db, session, Channel.EVENTS, [*(e.turn_id for e in (*events, *announced)), *ended])
-        return TurnCommit(started=started, ended=results, program=program)
+            # Turns whose events were stored were notified with them; an end without events still wakes.
+            silent = [r.id for r in results if isinstance(r, TurnRecord) and not ending[r.id].events]
+            await notify(self.db, session, Channel.EVENTS, silent)
+        return TurnCommit(started=started, ended=results, program=program, refused=refused)
 
     async def _start_turns(
         self,
@@ -420,7 +427,9 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             if not should_interrupt(turn):
                 continue
             async with self.db.write() as session:
-                row = await session.get(TurnRow, turn.id, with_for_update={"key_share": True}, populate_existing=True)
+                # FOR UPDATE: waits for any transaction storing events of the turn (it holds the turn's key), so
+                # the last seq read below is final; one storing them later sees the turn ended.
+                row = await session.get(TurnRow, turn.id, with_for_update=True, populate_existing=True)
                 if row is None or row.status not in ACTIVE_STATUSES or not should_interrupt(TurnRecord.of(row)):
                     continue
                 last = await session.scalar(select(func.max(EventRow.seq)).where(EventRow.turn_id == turn.id))
