@@ -247,3 +247,21 @@ def test_fleet_serve_running_turns_itself_drains_on_sigterm_and_another_replica_
         assert "draining: no new turns; 1 running" in serving.log.read_text()
     finally:
         serving.stop()
+
+
+def test_a_worker_sent_sigterm_mid_turn_lets_the_turn_finish_and_exits_cleanly(
+    topology: Topology, model_server: ScriptedModelServer
+) -> None:
+    topology.start(replicas=1, workers=1)
+    client = topology.client(0)
+    client.create_session(name="drained")
+    work = "print('started', flush=True)\nimport time\ntime.sleep(3)\nSUBMIT(answer='finished')"
+    model_server.script("root", rlm_step("Work.", work))
+    turn = client.submit_turn("drained", "finish what you started")
+    wait_for_output([], client.follow(turn["id"]), "started")
+
+    (worker,) = topology.workers
+    assert worker.terminate(timeout=90) == 0, "a draining worker did not exit cleanly"
+    ended = client.turn(turn["id"])
+    assert (ended["status"], ended["answer"]) == ("completed", "finished"), ended.get("error")
+    assert_whole(list(client.follow(turn["id"])), EventType.TURN_COMPLETED)
