@@ -10,8 +10,13 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.service.worker import TurnWorker
-from fleet_rlm.store import Claimed, Store
+from fleet_rlm.store import Claimed, Database, Store
+
+from .conftest import SettingsFactory
 
 pytestmark = pytest.mark.anyio
 
@@ -107,3 +112,23 @@ async def test_turns_claimed_as_the_worker_drains_are_given_back_to_the_queue(st
         turn = await store.get_turn(turn_id)
         assert turn.runner is None and turn.lease_expires_at is None, "queued for another worker to claim"
     assert [c.turn.id for c in await real_claim("other:1:x", 10, limit=5)] == ids
+
+
+async def test_on_sqlite_the_server_runs_turns_itself_even_with_its_workers_turned_off(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer, database_url: str
+) -> None:
+    """No other process can share an embedded database, so nothing else could run the turn."""
+    if not database_url.startswith("sqlite"):
+        pytest.skip("on PostgreSQL an API replica without workers leaves turns to fleet worker processes")
+    settings = make_settings(worker_in_server=False)
+    fleet = FleetService(settings, database=Database(str(settings.database_url)))
+    await fleet.start()
+    try:
+        assert fleet.runs_turns
+        await fleet.create_session(name="s")
+        model_server.script("root", rlm_step("Answer.", "SUBMIT(answer='ran')"))
+        turn, _ = await fleet.submit_turn("s", TurnSubmission(message="run me"))
+        done = await asyncio.wait_for(fleet.wait_for_turn(turn.id), 60)
+        assert (done.status, done.answer) == ("completed", "ran")
+    finally:
+        await fleet.stop()

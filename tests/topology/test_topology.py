@@ -4,6 +4,7 @@ worker's kill -9 (its turn ends interrupted once its lease lapses) and a rolling
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -265,3 +266,33 @@ def test_a_worker_sent_sigterm_mid_turn_lets_the_turn_finish_and_exits_cleanly(
     ended = client.turn(turn["id"])
     assert (ended["status"], ended["answer"]) == ("completed", "finished"), ended.get("error")
     assert_whole(list(client.follow(turn["id"])), EventType.TURN_COMPLETED)
+
+
+def test_a_client_following_a_turn_on_a_replica_that_restarts_gets_every_event_once(
+    topology: Topology, model_server: ScriptedModelServer
+) -> None:
+    """The stream breaks when its replica stops; the client reconnects (``Last-Event-ID``) once the
+    replica is back and reads on from the database, without a gap or a repeat."""
+    topology.start(replicas=1, workers=1)
+    client = topology.client(0)
+    client.create_session(name="followed")
+    ticking = "import time\nfor i in range(100):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\nSUBMIT(answer='done')"
+    model_server.script("root", rlm_step("Tick.", ticking))
+    turn = client.submit_turn("followed", "tick through a restart")
+    events: list[Event] = []
+    follower = threading.Thread(target=lambda: events.extend(client.follow(turn["id"])))
+    follower.start()
+    deadline = time.monotonic() + 30
+    while not any(e.type is EventType.OUTPUT and "tick 5" in str(e.data["text"]) for e in list(events)):
+        assert time.monotonic() < deadline, "the turn did not start ticking"
+        time.sleep(0.05)
+
+    (replica,) = topology.replicas
+    replica.stop()
+    replica.start()
+    follower.join(timeout=60)
+
+    assert not follower.is_alive(), "the follower did not reach the turn's end"
+    assert_whole(events, EventType.TURN_COMPLETED)
+    printed = "".join(str(e.data["text"]) for e in events if e.type is EventType.OUTPUT)
+    assert [int(n) for n in re.findall(r"tick (\d+)", printed)] == list(range(100))
