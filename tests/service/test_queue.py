@@ -145,8 +145,8 @@ async def test_a_worker_whose_turn_was_ended_elsewhere_stores_nothing_more_and_i
         return [(e.seq, e.type) async for e in await service.events(turn.id)]
 
     on_worker, on_api = asyncio.create_task(follow(worker)), asyncio.create_task(follow(api))
-    (ended,) = await api.store.interrupt_turns(lambda t: t.id == turn.id, LAPSED_REASON)
-    assert ended.status == "interrupted"
+    await api.store.interrupt_turns(lambda t: t.id == turn.id, LAPSED_REASON)
+    assert (await api.get_turn(turn.id)).status == "interrupted"
     seen_on_worker = await asyncio.wait_for(on_worker, 10)
     seen_on_api = await asyncio.wait_for(on_api, 10)
     await until(lambda: turn.id not in worker.executions)
@@ -183,6 +183,32 @@ async def test_a_worker_that_published_events_it_could_not_store_ends_its_own_st
     assert [e.type for e in seen if e.terminal] == [EventType.TURN_INTERRUPTED]
     assert seen[-1].type is EventType.TURN_INTERRUPTED and seen[-1].data["reason"] == LAPSED_REASON
     assert seen[-1].seq > stored[-1].seq, "the worker's followers saw events after the stored end"
+
+
+async def test_a_worker_that_could_reach_nothing_and_finished_a_turn_ended_elsewhere_tells_it_interrupted(
+    processes: Processes, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither its events nor its lease renewals reach the database, so the worker learns that the API
+    process ended its turn (the lease lapsed) only when its own end is refused, after publishing events
+    it never stored: its followers get a ``turn.interrupted``, as stored, not the turn's own end."""
+    api, worker = await processes.api(), await processes.worker()
+    await api.create_session(name="s")
+    ticking = (
+        "import time\nfor i in range(80):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\nSUBMIT(answer='x')"
+    )
+    model_server.script("root", rlm_step("Tick.", ticking))
+    turn, _ = await api.submit_turn("s", TurnSubmission(message="tick"))
+    await wait_for_output(api, turn.id, "tick 3")
+    on_worker = asyncio.create_task(_events_of(worker, turn.id))
+    for call in ("append_events", "renew_leases"):
+        monkeypatch.setattr(worker.store, call, FailingCalls(failures=None).wrap(getattr(worker.store, call)))
+
+    seen = await asyncio.wait_for(on_worker, 30)
+
+    stored = await api.stored_events(turn.id, limit=1000)
+    assert stored[-1].type is EventType.TURN_INTERRUPTED, "the API process's sweep ended the turn"
+    assert [e.type for e in seen if e.terminal] == [EventType.TURN_INTERRUPTED]
+    assert seen[-1].data["reason"] == LAPSED_REASON and seen[-1].seq > stored[-1].seq
 
 
 async def _events_of(service: FleetService, turn_id: str) -> list[Event]:

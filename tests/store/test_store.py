@@ -11,6 +11,7 @@ import sqlalchemy.event
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.store import Conflict, FileChanges, FileRecord, Invalid, NotFound, Store, TurnEnd, TurnStart
+from fleet_rlm.store.tables import EventRow, TurnRow
 
 pytestmark = pytest.mark.anyio
 
@@ -330,3 +331,37 @@ async def test_timestamps_are_utc_aware(store: Store) -> None:
     assert session.updated_at.tzinfo is not None
     fetched = await store.get_session(session.id)
     assert fetched.created_at.utcoffset() == dt.timedelta(0)
+
+
+async def test_ending_a_turn_elsewhere_and_storing_its_events_wait_for_each_other(store: Store) -> None:
+    """PostgreSQL: an interrupt waits for a transaction storing the turn's events (its terminal event
+    goes after them), and a write of events waits for a transaction ending the turn (then refuses them)."""
+    if store.db.is_sqlite:
+        pytest.skip("SQLite has one writer at a time: its transactions never interleave")
+    session = await store.create_session()
+    first, _ = await store.create_turn(session.id, "x")
+    await store.mark_running(first.id, events=[event(first.id, 1, EventType.TURN_STARTED)])
+    async with store.db.write() as storing:
+        storing.add(EventRow(turn_id=first.id, seq=2, type="output", ts=0.0, span_id="span_root", data={}))
+        await storing.flush()
+        interrupting = asyncio.create_task(store.interrupt_turns(lambda t: t.id == first.id, "lapsed"))
+        await asyncio.sleep(0.5)
+        assert not interrupting.done(), "the interrupt did not wait for the events being stored"
+    await asyncio.wait_for(interrupting, 10)
+    assert [(e.seq, e.type) for e in await store.events_after(first.id)][1:] == [
+        (2, EventType.OUTPUT),
+        (3, EventType.TURN_INTERRUPTED),
+    ]
+
+    second, _ = await store.create_turn(session.id, "y")
+    await store.mark_running(second.id, events=[event(second.id, 1, EventType.TURN_STARTED)])
+    async with store.db.write() as ending:
+        row = await ending.get(TurnRow, second.id, with_for_update=True)
+        assert row is not None
+        row.status = TurnStatus.INTERRUPTED
+        await ending.flush()
+        writing = asyncio.create_task(store.append_events([event(second.id, 2)]))
+        await asyncio.sleep(0.5)
+        assert not writing.done(), "the write did not wait for the turn being ended"
+    assert await asyncio.wait_for(writing, 10) == {second.id}
+    assert [e.seq for e in await store.events_after(second.id)] == [1]

@@ -231,7 +231,7 @@ def test_fleet_serve_running_turns_itself_drains_on_sigterm_and_another_replica_
     try:
         with FleetClient(serving.base_url) as client:
             client.create_session(name="restarted")
-            work = "print('started', flush=True)\nimport time\ntime.sleep(3)\nSUBMIT(answer='finished')"
+            work = "print('started', flush=True)\nimport time\ntime.sleep(10)\nSUBMIT(answer='finished')"
             model_server.script("root", rlm_step("Work.", work))
             turn = client.submit_turn("restarted", "finish what you started")
             wait_for_output([], client.follow(turn["id"]), "started")
@@ -256,7 +256,7 @@ def test_a_worker_sent_sigterm_mid_turn_lets_the_turn_finish_and_exits_cleanly(
     topology.start(replicas=1, workers=1)
     client = topology.client(0)
     client.create_session(name="drained")
-    work = "print('started', flush=True)\nimport time\ntime.sleep(3)\nSUBMIT(answer='finished')"
+    work = "print('started', flush=True)\nimport time\ntime.sleep(10)\nSUBMIT(answer='finished')"
     model_server.script("root", rlm_step("Work.", work))
     turn = client.submit_turn("drained", "finish what you started")
     wait_for_output([], client.follow(turn["id"]), "started")

@@ -314,8 +314,6 @@ class TurnExecution:
         self.ending = True
         if self.shutting_down and outcome.status is TurnStatus.CANCELLED:
             outcome.status, outcome.error = TurnStatus.INTERRUPTED, SHUTDOWN_REASON
-        if self.ended_elsewhere and outcome.status is TurnStatus.CANCELLED:
-            outcome.status, outcome.error = TurnStatus.INTERRUPTED, LAPSED_REASON
         terminal = self._terminal
         if terminal is None or terminal.type is not outcome.status.terminal_event:
             terminal = self._own_terminal(outcome)
@@ -336,10 +334,11 @@ class TurnExecution:
             await self._finish_with_retries(end)
         except Conflict as exc:
             # It ended elsewhere (another process ended it when this one's lease lapsed): followers get
-            # the end that was stored.
+            # the end that was stored, or one of its kind after events published but never stored.
             log.warning("turn %s: %s", self.turn_id, exc)
             if await self._publish_stored_end():
                 return
+            terminal = self._own_terminal(await self._stored_outcome())
         except Exception:
             # Followers still learn the end; the stored turn is ended interrupted by whichever process
             # sees its lease lapse (or by the next start-up).
@@ -362,6 +361,16 @@ class TurnExecution:
         except Exception:
             log.exception("turn %s: could not read its stored end", self.turn_id)
         return False
+
+    async def _stored_outcome(self) -> TurnOutcome:
+        """How the turn was ended elsewhere, as an outcome: another process ends a running turn only as
+        ``interrupted`` (its lease lapsed), with its reason (a lapsed lease's, if it cannot be read)."""
+        try:
+            reason = (await self.store.get_turn(self.turn_id)).error
+        except Exception:
+            log.exception("turn %s: could not read how it ended", self.turn_id)
+            reason = None
+        return TurnOutcome(status=TurnStatus.INTERRUPTED, error=reason or LAPSED_REASON)
 
     def _own_terminal(self, outcome: TurnOutcome) -> Event:
         payload = outcome.terminal_payload()

@@ -75,7 +75,7 @@ class Listener:
         while True:
             try:
                 connection = await asyncpg.connect(self._dsn, timeout=10)
-            except (OSError, asyncpg.PostgresError, TimeoutError):
+            except Exception:  # any failure to connect is tried again (the listener must never end)
                 connecting.failed()
                 await asyncio.sleep(RECONNECT_SECONDS)
                 continue

@@ -335,8 +335,10 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         Each end's result is its turn as ended, or the error that left it alone: ``NotFound``, or
         ``turn_not_active`` when it already ended. Any other error rolls everything back.
 
-        Every turn concerned is locked first, in id order (as :meth:`renew_leases` locks), so two such
-        transactions never wait on each other in a cycle. Under load every round trip to the database
+        Every turn started or ended is locked first, in id order (as :meth:`renew_leases` locks), so two
+        such transactions never wait on each other in a cycle; the events' turns are only read
+        ``FOR KEY SHARE``, which waits for nothing but an end of the turn elsewhere (one turn locked
+        ``FOR UPDATE`` per transaction, waiting for nothing else). Under load every round trip to the database
         waits for a busy event loop, so each part is one statement for all its turns where it can be."""
         for end in ends:
             if end.status not in FINAL_STATUSES:
