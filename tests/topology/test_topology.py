@@ -8,6 +8,7 @@ import re
 import signal
 import threading
 import time
+from typing import Any
 
 import psutil
 import pytest
@@ -34,6 +35,17 @@ def wait_for_output(events: list[Event], follow: object, text: str) -> None:
         if event.type is EventType.OUTPUT and text in str(event.data["text"]):
             return
     raise AssertionError(f"the turn ended before printing {text!r}")
+
+
+FINISHING = "print('started', flush=True)\nimport time\ntime.sleep(10)\nSUBMIT(answer='finished')"
+"""A turn's code that is still running for 10 s after it prints, then answers."""
+
+
+def submit_running(client: FleetClient, model_server: ScriptedModelServer, session: str, code: str) -> dict[str, Any]:
+    """A turn in a new session ``session`` whose one step runs ``code``."""
+    client.create_session(name=session)
+    model_server.script("root", rlm_step("Work.", code))
+    return client.submit_turn(session, f"run the code of {session}")
 
 
 def assert_whole(events: list[Event], last: EventType) -> None:
@@ -230,10 +242,7 @@ def test_fleet_serve_running_turns_itself_drains_on_sigterm_and_another_replica_
     serving.start()
     try:
         with FleetClient(serving.base_url) as client:
-            client.create_session(name="restarted")
-            work = "print('started', flush=True)\nimport time\ntime.sleep(10)\nSUBMIT(answer='finished')"
-            model_server.script("root", rlm_step("Work.", work))
-            turn = client.submit_turn("restarted", "finish what you started")
+            turn = submit_running(client, model_server, "restarted", FINISHING)
             wait_for_output([], client.follow(turn["id"]), "started")
         assert serving.process is not None
         serving.process.send_signal(signal.SIGTERM)
@@ -255,10 +264,7 @@ def test_a_worker_sent_sigterm_mid_turn_lets_the_turn_finish_and_exits_cleanly(
 ) -> None:
     topology.start(replicas=1, workers=1)
     client = topology.client(0)
-    client.create_session(name="drained")
-    work = "print('started', flush=True)\nimport time\ntime.sleep(10)\nSUBMIT(answer='finished')"
-    model_server.script("root", rlm_step("Work.", work))
-    turn = client.submit_turn("drained", "finish what you started")
+    turn = submit_running(client, model_server, "drained", FINISHING)
     wait_for_output([], client.follow(turn["id"]), "started")
 
     (worker,) = topology.workers
@@ -275,10 +281,8 @@ def test_a_client_following_a_turn_on_a_replica_that_restarts_gets_every_event_o
     replica is back and reads on from the database, without a gap or a repeat."""
     topology.start(replicas=1, workers=1)
     client = topology.client(0)
-    client.create_session(name="followed")
     ticking = "import time\nfor i in range(100):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\nSUBMIT(answer='done')"
-    model_server.script("root", rlm_step("Tick.", ticking))
-    turn = client.submit_turn("followed", "tick through a restart")
+    turn = submit_running(client, model_server, "followed", ticking)
     events: list[Event] = []
     follower = threading.Thread(target=lambda: events.extend(client.follow(turn["id"])))
     follower.start()
