@@ -8,7 +8,6 @@ the access log's redaction (:mod:`~fleet_rlm.api.access_log`). Middleware runs o
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -33,7 +32,6 @@ from fleet_rlm.quality.runs import QualityRuns
 from fleet_rlm.service.service import FleetService
 
 API_PREFIX = "/api/v1"
-log = logging.getLogger(__name__)
 
 
 def create_app(
@@ -73,10 +71,7 @@ def create_app(
                 yield
         finally:
             await runs.close()
-            drain = fleet.shutdown_drain_seconds if drain_on_shutdown else 0.0
-            if drain and fleet.executions:
-                log.info("draining: no new turns; %d running get %.0fs to finish", len(fleet.executions), drain)
-            await fleet.stop(drain=drain)
+            await fleet.stop(drain=fleet.shutdown_drain_seconds if drain_on_shutdown else 0.0)
 
     app = FastAPI(
         title="Fleet RLM",

@@ -2,11 +2,11 @@
 
 Every turn a process runs is held under a lease (``worker.lease_seconds``) that it renews every third
 of it; the renewal also brings back the cancels other processes asked for, and the turns it no longer
-holds (another process ended them when the lease lapsed: the database was out of this process's reach
-for longer than a lease), which this process then stops without storing anything more of them. Every serving process
-(API replica or worker) also looks for turns whose lease lapsed, a fifth of a lease apart, and ends
-them ``interrupted`` with a terminal event, so a worker killed mid-turn leaves no turn running for
-longer than a lease and a fifth, and its session takes new turns.
+holds (another process ended them when the lease lapsed: the database was out of this process's
+reach for longer than a lease), which this process then stops without storing anything more of
+them. Every serving process (API replica or worker) also looks for turns whose lease lapsed, a fifth
+of a lease apart, and ends them ``interrupted`` with a terminal event, so a worker killed mid-turn
+leaves no turn running for longer than a lease and a fifth, and its session takes new turns.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class LeaseKeeper:
         running: Callable[[], Collection[str]],
         cancel: Callable[[str], None],
         interrupted: Callable[[TurnRecord], None],
-        lost: Callable[[str], None] = lambda _turn_id: None,
+        lost: Callable[[str], None],
     ) -> None:
         self.store = store
         self.runner = runner

@@ -248,6 +248,8 @@ class FleetService(TurnOperations):
     async def stop(self, *, drain: float = 0.0) -> None:
         """Stop claiming turns; give running ones ``drain`` seconds to finish; stop the rest (they end
         ``interrupted``), tear the pool down, close the database."""
+        if drain:
+            log.info("draining: no new turns; %d running get %.0fs to finish", len(self.executions), drain)
         if self.worker is not None:
             await self.worker.drain()
         await self.submissions.close()  # a turn stored meanwhile is among the executions below

@@ -38,11 +38,6 @@ async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -
     log.info("worker %s runs turns from %s", service.runner, database.display_url)
     try:
         await stop.wait()
-        log.info(
-            "draining: no new turns; %d running get %.0fs to finish",
-            len(service.executions),
-            settings.worker.drain_seconds,
-        )
     finally:
         await service.stop(drain=settings.worker.drain_seconds)
         for signum in (signal.SIGTERM, signal.SIGINT):
