@@ -207,6 +207,31 @@ async def test_turns_beyond_the_running_limit_wait_queued_and_can_be_cancelled_t
         await service.stop()
 
 
+async def test_a_turn_waiting_for_room_is_cancelled_when_its_caller_goes_away(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    """An MCP or OpenAI-compatible caller that leaves abandons its turn; one still queued must not run
+    later for nobody."""
+    settings = make_settings(max_running_turns=1)
+    service = FleetService(settings, database=Database(str(settings.database_url)))
+    await service.start()
+    try:
+        for name in ("a", "b"):
+            await service.create_session(name=name)
+        model_server.script("root", rlm_step("Slow.", SLOW))
+        running, _ = await service.submit_turn("a", TurnSubmission(message="slow"))
+        await wait_for_output(service, running.id, "started")
+        waiting, _ = await service.submit_turn("b", TurnSubmission(message="given up"))
+
+        service.abandon_turn(waiting.id)
+        assert (await service.wait_for_turn(waiting.id)).status == "cancelled"
+        assert (await service.store.get_turn(running.id)).status == "running"
+        service.abandon_turn(running.id)
+        assert (await service.wait_for_turn(running.id)).status == "cancelled"
+    finally:
+        await service.stop()
+
+
 async def test_a_reader_of_a_queued_turn_sees_it_start_at_once_even_when_it_starts_while_the_reader_reads(
     make_settings: SettingsFactory, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -126,6 +126,24 @@ async def test_a_cancel_asked_of_the_api_process_reaches_the_worker_within_a_sec
     assert time.monotonic() - asked < 1.0
 
 
+async def test_a_caller_that_goes_away_cancels_the_turn_a_worker_runs_within_a_second(
+    processes: Processes, model_server: ScriptedModelServer
+) -> None:
+    """An MCP or OpenAI-compatible caller that leaves abandons its turn: the process it called may not
+    be the one running it."""
+    api, _worker = await processes.api(), await processes.worker()
+    await api.create_session(name="s")
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    turn, _ = await api.submit_turn("s", TurnSubmission(message="slow"))
+    await wait_for_output(api, turn.id, "started")
+
+    asked = time.monotonic()
+    api.abandon_turn(turn.id)
+    ended = await api.wait_for_turn(turn.id)
+    assert ended.status == "cancelled"
+    assert time.monotonic() - asked < 1.0
+
+
 TICKING = "import time\nfor i in range(300):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\nSUBMIT(answer='x')"
 
 
@@ -250,6 +268,14 @@ async def test_a_turn_no_worker_claimed_is_cancelled_at_once_by_the_api_process(
     ended = await api.wait_for_turn(turn.id)
     assert ended.status == "cancelled"
     assert [e.type for e in await api.stored_events(turn.id, limit=10)][-1] is EventType.TURN_CANCELLED
+
+
+async def test_a_turn_no_worker_claimed_is_cancelled_when_its_caller_goes_away(processes: Processes) -> None:
+    api = await processes.api()
+    await api.create_session(name="s")
+    turn, _ = await api.submit_turn("s", TurnSubmission(message="nobody runs this"))
+    api.abandon_turn(turn.id)
+    assert (await api.wait_for_turn(turn.id)).status == "cancelled"
 
 
 async def test_a_draining_worker_finishes_its_turn_and_claims_no_more_another_worker_does(

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -214,9 +214,7 @@ class TurnOperations(ABC):
                 log.exception("turn %s: could not store its trace id", turn_id)
 
         def start_storing(trace_id: str) -> None:
-            task = asyncio.create_task(store(trace_id))
-            self._cleanups.add(task)
-            task.add_done_callback(self._cleanups.discard)
+            self._in_background(store(trace_id), name=f"trace-id-{turn_id}")
 
         def keep(trace_id: str) -> None:  # on a tracing thread
             loop.call_soon_threadsafe(start_storing, trace_id)
@@ -309,11 +307,23 @@ class TurnOperations(ABC):
         return await self.store.events_after(turn_id, 0, limit=limit)
 
     def abandon_turn(self, turn_id: str) -> None:
-        """Cancel the turn if this process still runs it (its caller went away); never waits, so a
-        request being torn down can call it."""
+        """Cancel the turn: its caller went away. Never waits, so a request being torn down can call it:
+        a turn this process runs is cancelled at once; one still queued, or run by another process, is
+        cancelled in the background, as :meth:`cancel_turn` does it."""
         execution = self.executions.get(turn_id)
         if execution is not None:
             execution.cancel()
+            return
+
+        async def cancel() -> None:
+            try:
+                await self.cancel_turn(turn_id)
+            except Conflict:
+                pass  # it ended meanwhile
+            except Exception:
+                log.exception("turn %s: its caller went away, and it could not be cancelled", turn_id)
+
+        self._in_background(cancel(), name=f"abandon-{turn_id}")
 
     def delete_when_done(self, session_id: str, turn_id: str) -> None:
         """Delete an ephemeral session once its turn has ended (in the background)."""
@@ -325,7 +335,11 @@ class TurnOperations(ABC):
             except StoreError as exc:
                 log.warning("could not delete the ephemeral session %s: %s", session_id, exc)
 
-        task = asyncio.get_running_loop().create_task(delete(), name=f"delete-{session_id}")
+        self._in_background(delete(), name=f"delete-{session_id}")
+
+    def _in_background(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
+        """Run ``work`` without waiting for it; stopping the service gives it a moment to finish."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
 
