@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
+from tenacity import AsyncRetrying, stop_after_attempt, wait_chain, wait_fixed
+
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.store import ProgramRecord, Store, TurnEnd, TurnRecord, TurnStart
 
@@ -212,18 +214,19 @@ class EventJournal:
 
     async def _write(self, batch: list[Event]) -> set[str]:
         """Store ``batch``, retried; returns the turns whose events were refused (they already ended)."""
-        for delay in (*RETRY_DELAYS, None):
-            try:
-                return await self.store.append_events(batch)
-            except Exception as exc:
-                if delay is None:
-                    # Followers still get them live; each turn's final commit retries its own.
-                    log.error("could not store %d events: %s", len(batch), exc)
-                    for event in batch:
-                        self._failed[event.turn_id].append(event)
-                    return set()
-                await asyncio.sleep(delay)
-        return set()
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(len(RETRY_DELAYS) + 1),
+            wait=wait_chain(*(wait_fixed(seconds) for seconds in RETRY_DELAYS)),
+            reraise=True,
+        )
+        try:
+            return await retrying(self.store.append_events, batch)
+        except Exception as exc:
+            # Followers still get them live; each turn's final commit retries its own.
+            log.error("could not store %d events: %s", len(batch), exc)
+            for event in batch:
+                self._failed[event.turn_id].append(event)
+            return set()
 
     async def close(self) -> None:
         """Stop storing; whoever still waits on a start, an end or a flush learns it (never waits on)."""
