@@ -132,3 +132,46 @@ async def test_on_sqlite_the_server_runs_turns_itself_even_with_its_workers_turn
         assert (done.status, done.answer) == ("completed", "ran")
     finally:
         await fleet.stop()
+
+
+async def test_a_worker_that_does_not_serve_the_queue_claims_only_the_turns_queued_here(store: Store) -> None:
+    ids = await queue_turns(store, 3)
+    ran: list[Claimed] = []
+    worker = TurnWorker(store, "w:1:x", 5, lease_seconds=10, run=ran.append, serves_queue=False)
+    worker.start()
+    try:
+        worker.queued_here(ids[1])
+        await until(lambda: len(ran) == 1)
+        await asyncio.sleep(1.5)  # longer than a poll
+        assert [claimed.turn.id for claimed in ran] == [ids[1]]
+    finally:
+        await worker.drain()
+    assert [(await store.get_turn(turn_id)).runner for turn_id in (ids[0], ids[2])] == [None, None]
+
+
+async def test_a_process_that_ends_with_its_caller_runs_its_own_turns_and_no_other_clients(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    """``fleet mcp``, ``fleet eval run`` and ``fleet optimize`` end with their caller, and a turn they ran
+    would end with them: they run their own turns, even those that waited for room, and leave the
+    queue's others (older here) to the servers and workers."""
+    settings = make_settings(max_running_turns=1)
+    fleet = FleetService(settings, database=Database(str(settings.database_url)), serves_queue=False)
+    await fleet.start()
+    try:
+        (theirs,) = await queue_turns(fleet.store, 1)
+        for name in ("first", "second"):
+            await fleet.create_session(name=name)
+            step = f"import time\ntime.sleep(1)\nSUBMIT(answer={name!r})"
+            model_server.script_for_task("root", name, rlm_step("Answer.", step))
+        first, _ = await fleet.submit_turn("first", TurnSubmission(message="first"))
+        second, _ = await fleet.submit_turn("second", TurnSubmission(message="second"))
+        assert (await fleet.store.get_turn(second.id)).runner is None, "no room: queued"
+
+        for turn in (first, second):
+            done = await asyncio.wait_for(fleet.wait_for_turn(turn.id), 60)
+            assert (done.status, done.answer, done.runner) == ("completed", turn.message, fleet.runner)
+        left = await fleet.store.get_turn(theirs)
+        assert (left.status, left.runner) == ("queued", None)
+    finally:
+        await fleet.stop()

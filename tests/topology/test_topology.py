@@ -4,12 +4,15 @@ worker's kill -9 (its turn ends interrupted once its lease lapses) and a rolling
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import psutil
 import pytest
 
@@ -133,6 +136,51 @@ def test_a_cancel_sent_to_the_other_replica_reaches_the_worker_within_a_second(
     assert_whole(events, EventType.TURN_CANCELLED)
     assert ended < 1.0, f"the cancel took {ended:.2f}s to end the turn"
     assert replica_b.turn(turn["id"])["status"] == "cancelled"
+
+
+def stream_completion(replica: ServerProcess, session: str) -> Iterator[tuple[str, Iterator[str]]]:
+    """An OpenAI-compatible streamed completion in ``session`` through ``replica``, read until the
+    turn's code prints 'started'; yields the turn id and the rest of the stream's lines."""
+    body = {"model": "fleet-rlm", "messages": [{"role": "user", "content": "Work."}], "stream": True}
+    with (
+        httpx.Client(base_url=replica.base_url, timeout=60) as http,
+        http.stream("POST", "/v1/chat/completions", json=body, headers={"X-Fleet-Session": session}) as response,
+    ):
+        assert response.status_code == 200, response.read()
+        lines = response.iter_lines()
+        assert any("started" in line for line in lines), "the stream ended before the turn started"
+        yield response.headers["x-fleet-turn"], lines
+
+
+def test_an_openai_compatible_client_that_leaves_cancels_its_turn_on_the_worker_within_a_second(
+    topology: Topology, model_server: ScriptedModelServer
+) -> None:
+    topology.start(replicas=1, workers=1)
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    with contextlib.contextmanager(stream_completion)(topology.replicas[0], "left") as (turn_id, _):
+        left = time.monotonic()
+    client = topology.client(0)
+    events = list(client.follow(turn_id))
+    assert time.monotonic() - left < 1.0, "the turn outlived its client by more than a second"
+    assert_whole(events, EventType.TURN_CANCELLED)
+
+
+def test_an_openai_compatible_stream_cut_by_its_replicas_restart_leaves_the_turn_to_finish(
+    topology: Topology, model_server: ScriptedModelServer
+) -> None:
+    """Its client did not leave: the replica did. The turn, which a worker runs, finishes; the session's
+    history has its answer."""
+    topology.start(replicas=2, workers=1)
+    model_server.script("root", rlm_step("Work.", FINISHING))
+    with contextlib.contextmanager(stream_completion)(topology.replicas[0], "cut") as (turn_id, lines):
+        topology.replicas[0].stop()
+        rest: list[str] = []
+        with contextlib.suppress(httpx.HTTPError):  # cut mid-chunk, or closed at a chunk's end
+            rest.extend(lines)
+        assert not any("finished" in line for line in rest)
+    other = topology.client(1)
+    assert_whole(list(other.follow(turn_id)), EventType.TURN_COMPLETED)
+    assert other.turn(turn_id)["answer"] == "finished"
 
 
 def test_a_sessions_turns_go_to_the_worker_keeping_its_kernel_whichever_replica_takes_them(

@@ -6,7 +6,8 @@ import argparse
 import contextlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import FrameType
 
 import uvicorn
 from starlette.routing import BaseRoute
@@ -15,11 +16,26 @@ from fleet_rlm.api.app import create_app
 from fleet_rlm.api.hosts import is_loopback_name
 from fleet_rlm.config import ConfigError, Settings, load_settings
 from fleet_rlm.logs import logs_on_a_thread
+from fleet_rlm.service.service import FleetService
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
 STARTUP_FAILURE = 3
 """The exit status when the server could not start (uvicorn's own)."""
 log = logging.getLogger(__name__)
+
+
+class ShutdownAwareServer(uvicorn.Server):
+    """uvicorn's server, telling the service the moment a signal starts the shutdown: the streams it
+    then cuts were not left by their clients (an OpenAI-compatible or MCP call cut off this way does
+    not cancel its turn, which drains or ends interrupted with the rest)."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)
 
 
 def is_loopback(host: str) -> bool:
@@ -56,14 +72,15 @@ def serve(
             "list the names clients use for this server in FLEET_ALLOWED_HOSTS",
             host,
         )
+    service = FleetService(settings)
     config = uvicorn.Config(
-        create_app(settings, ui_routes=ui_routes, freeze_start_up=True, drain_on_shutdown=True),
+        create_app(settings, service, ui_routes, freeze_start_up=True, drain_on_shutdown=True),
         host=host,
         port=port,
         log_level="info",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
-    server = uvicorn.Server(config)
+    server = ShutdownAwareServer(config, service.begin_shutdown)
     with logs_on_a_thread(), contextlib.suppress(KeyboardInterrupt):
         server.run()
     if not server.started:  # as uvicorn.run ends when it could not start (the port is taken, say)

@@ -83,12 +83,17 @@ class FleetService(TurnOperations):
         backend: SandboxBackend | None = None,
         tracer: TurnTracer | None = None,
         runs_turns: bool | None = None,
+        serves_queue: bool = True,
     ) -> None:
         self.settings = settings
         self.database = database or Database.from_settings(settings)
         self.runs_turns = (settings.worker.in_server or self.database.is_sqlite) if runs_turns is None else runs_turns
         """Whether this process runs turns (``fleet worker``; ``fleet serve`` unless ``worker.in_server``
         is off on PostgreSQL), or only queues them for workers (an API replica)."""
+        self.serves_queue = serves_queue
+        """Whether this process, if it runs turns, claims any queued turn (a server, a worker) or only
+        those it queued itself (a command that ends with its caller: ``fleet mcp``, ``fleet eval
+        run``, ``fleet optimize``; another client's turn it would cut short when it exits)."""
         self.store = Store(self.database)
         self.blobs = BlobStore(settings.data_dir / "sessions")
         shared = settings.worker.file_store == "database"
@@ -110,6 +115,9 @@ class FleetService(TurnOperations):
         self.reaped_at_start: list[dict[str, Any]] = []
         self._readiness = ReadinessChecks(self.database, settings.lm, lambda: self.backend, lambda: self._pool)
         self._cleanups: set[asyncio.Task[None]] = set()
+        self.shutting_down = False
+        """Set when the process starts to stop (:meth:`begin_shutdown`): callers cut off from then on
+        do not abandon their turns."""
         self.tracer = tracer if tracer is not None else configured_tracer(settings)
         self._kernels: KernelRegistry | None = None
         self.wakeups = Wakeups(self.store.still_queued)
@@ -184,6 +192,7 @@ class FleetService(TurnOperations):
                 self.settings.worker.lease_seconds,
                 self._run_claimed,
                 affinity_seconds=self.kernel_affinity_seconds,
+                serves_queue=self.serves_queue,
             )
         self._leases = LeaseKeeper(
             self.store,
@@ -245,9 +254,16 @@ class FleetService(TurnOperations):
             return self.settings.worker.drain_seconds
         return 0.0
 
+    def begin_shutdown(self) -> None:
+        """The process is about to stop (its server got SIGTERM and cuts its streams): the requests cut
+        off now were cut by the shutdown, not left by their callers, so their turns are not abandoned
+        (:meth:`abandon_turn`). Safe in a signal handler."""
+        self.shutting_down = True
+
     async def stop(self, *, drain: float = 0.0) -> None:
         """Stop claiming turns; give running ones ``drain`` seconds to finish; stop the rest (they end
         ``interrupted``), tear the pool down, close the database."""
+        self.begin_shutdown()
         if drain:
             log.info("draining: no new turns; %d running get %.0fs to finish", len(self.executions), drain)
         if self.worker is not None:

@@ -98,6 +98,7 @@ class TurnOperations(ABC):
     tracer: TurnTracer | None
     engine: TurnEngine
     _cleanups: set[asyncio.Task[None]]
+    shutting_down: bool
 
     @property
     @abstractmethod
@@ -142,11 +143,11 @@ class TurnOperations(ABC):
                 self._start_execution(answer.turn, answer.session, held=True)
                 return
             if room:
-                self.worker.release()  # wakes the worker too
-            elif isinstance(answer, Queued) and answer.created:
+                self.worker.release()
+            if isinstance(answer, Queued) and answer.created:
                 # Queued for whoever has room: this process may have some by now (on SQLite no
                 # notification wakes its worker).
-                self.worker.wake()
+                self.worker.queued_here(answer.turn.id)
 
         new = NewTurn(
             session_ref,
@@ -246,7 +247,7 @@ class TurnOperations(ABC):
         if turn.active and turn.runner is None:
             # No worker has claimed it: this process claims it, to end it cancelled.
             lease = self.settings.worker.lease_seconds
-            for claimed in await self.store.claim_turns(self.runner, lease, limit=1, turn_id=turn_id):
+            for claimed in await self.store.claim_turns(self.runner, lease, limit=1, turn_ids=[turn_id]):
                 self._start_execution(claimed.turn, claimed.session, held=False, cancelled=True)
                 return await self.store.get_turn(turn_id)
         if turn.active:
@@ -309,7 +310,11 @@ class TurnOperations(ABC):
     def abandon_turn(self, turn_id: str) -> None:
         """Cancel the turn: its caller went away. Never waits, so a request being torn down can call it:
         a turn this process runs is cancelled at once; one still queued, or run by another process, is
-        cancelled in the background, as :meth:`cancel_turn` does it."""
+        cancelled in the background, as :meth:`cancel_turn` does it. A caller cut off because this
+        process is shutting down did not give its turn up: it is left to finish, or to end interrupted
+        (``turn.interrupted``: the server shut down) when this process stops, like any other turn."""
+        if self.shutting_down:
+            return
         execution = self.executions.get(turn_id)
         if execution is not None:
             execution.cancel()

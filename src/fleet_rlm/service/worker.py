@@ -5,6 +5,10 @@ on PostgreSQL) claims the oldest queued turns whenever it has room, as many as i
 most :data:`CLAIM_BATCH`) in one transaction: when it is told a turn was queued (a notification, or
 directly for a turn submitted here), when one of its turns ends, and every second regardless.
 Draining (SIGTERM) stops the claiming; what it runs finishes.
+
+A process that lives only as long as its caller (``fleet mcp``, ``fleet eval run``, ``fleet optimize``)
+does not serve the queue: it claims only the turns it queued itself for want of room. Turns of other
+clients it would cut short when its caller leaves.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class TurnWorker:
         lease_seconds: float,
         run: Callable[[Claimed], None],
         affinity_seconds: float = 0.0,
+        *,
+        serves_queue: bool = True,
     ) -> None:
         self.store = store
         self.runner = runner
@@ -44,6 +50,8 @@ class TurnWorker:
         self.held = 0
         """Turns this process runs or is about to run."""
         self.draining = False
+        self._own: set[str] | None = None if serves_queue else set()
+        """Without ``serves_queue``: the turns queued here that wait for this process's room."""
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failures = FailureLog(log, "claiming queued turns")
@@ -53,6 +61,12 @@ class TurnWorker:
 
     def wake(self, _payload: str = "") -> None:
         self._wakeup.set()
+
+    def queued_here(self, turn_id: str) -> None:
+        """A turn submitted here was queued for want of room: claim it (or any) when room comes."""
+        if self._own is not None:
+            self._own.add(turn_id)
+        self.wake()
 
     def reserve(self) -> bool:
         """Take room for one turn now (False: full, or draining); :meth:`release` gives it back."""
@@ -86,9 +100,7 @@ class TurnWorker:
         while room := self._reserve_up_to(CLAIM_BATCH):
             started = 0
             try:
-                claimed = await self.store.claim_turns(
-                    self.runner, self.lease_seconds, limit=room, affinity_seconds=self.affinity_seconds
-                )
+                claimed = await self._claim(room)
                 if self.draining and claimed:  # SIGTERM came during the claim: others may run them
                     await self.store.unclaim_turns(self.runner, [c.turn.id for c in claimed])
                     return
@@ -99,6 +111,19 @@ class TurnWorker:
                 self.held -= room - started
             if len(claimed) < room:
                 return
+
+    async def _claim(self, room: int) -> list[Claimed]:
+        if self._own is None:
+            return await self.store.claim_turns(
+                self.runner, self.lease_seconds, limit=room, affinity_seconds=self.affinity_seconds
+            )
+        if self._own:
+            self._own &= await self.store.still_queued(sorted(self._own))  # not ended, nor run elsewhere
+        claimed = await self.store.claim_turns(
+            self.runner, self.lease_seconds, limit=room, turn_ids=self._own, affinity_seconds=self.affinity_seconds
+        )
+        self._own -= {c.turn.id for c in claimed}
+        return claimed
 
     def _start(self, claimed: Claimed) -> bool:
         """Run a claimed turn; a turn whose start fails (a bug) keeps its claim until its lease lapses

@@ -58,8 +58,9 @@ class LeaseQueries(StoreBase):
     ) -> TurnRecord | None:
         """Claim the oldest queued turn no process has claimed (or the turn ``turn_id``, if it is such a
         turn) for ``runner``; None when there is none. See :meth:`claim_turns`."""
+        only = None if turn_id is None else [turn_id]
         claimed = await self.claim_turns(
-            runner, lease_seconds, limit=1, turn_id=turn_id, affinity_seconds=affinity_seconds
+            runner, lease_seconds, limit=1, turn_ids=only, affinity_seconds=affinity_seconds
         )
         return claimed[0].turn if claimed else None
 
@@ -69,21 +70,21 @@ class LeaseQueries(StoreBase):
         lease_seconds: float,
         *,
         limit: int,
-        turn_id: str | None = None,
+        turn_ids: Collection[str] | None = None,
         affinity_seconds: float = 0.0,
     ) -> list[Claimed]:
-        """Claim up to ``limit`` of the oldest queued turns no process has claimed (only ``turn_id``, if
-        given) for ``runner``, oldest first, with their sessions, in one transaction: a worker with room
+        """Claim up to ``limit`` of the oldest queued turns no process has claimed (only among
+        ``turn_ids``, if given) for ``runner``, oldest first, with their sessions, in one transaction: a worker with room
         for 30 turns takes them in one round of statements, not 30.
 
         With ``affinity_seconds``, a turn whose session's previous turn another runner ran (and did not
         leave interrupted: that runner likely holds the session's kernel) is left to that runner for
         that long after it was queued; then anyone may claim it."""
-        if limit < 1:
+        if limit < 1 or (turn_ids is not None and not turn_ids):
             return []
         unclaimed = [TurnRow.status == TurnStatus.QUEUED, TurnRow.runner.is_(None)]
-        if turn_id is not None:
-            unclaimed.append(TurnRow.id == turn_id)
+        if turn_ids is not None:
+            unclaimed.append(TurnRow.id.in_(list(turn_ids)))
         if affinity_seconds > 0:
             waited = TurnRow.created_at <= utcnow() - dt.timedelta(seconds=affinity_seconds)
             unclaimed.append(or_(waited, ~held_elsewhere(runner)))

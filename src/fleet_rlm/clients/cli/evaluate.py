@@ -38,7 +38,7 @@ def local(action: Callable[[FleetService], Awaitable[T]], *, run_turns: bool = F
     from fleet_rlm.store import StoreError
 
     try:
-        service = FleetService(load_settings())
+        service = FleetService(load_settings(), serves_queue=False)  # it runs its own turns, no one else's
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
 

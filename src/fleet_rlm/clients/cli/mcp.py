@@ -32,7 +32,7 @@ def mcp_command() -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 
     async def run() -> None:
-        service = FleetService(settings)
+        service = FleetService(settings, serves_queue=False)  # it ends with its host: others' turns are not its to take
         await service.start()
         try:
             await build_mcp_server(service).run_stdio_async()
