@@ -9,7 +9,6 @@ the scenarios show every event type.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ import pytest
 
 from fleet_rlm.models.scripted import Reply, ScriptedModelServer, fields_reply, rlm_step
 from fleet_rlm.protocol.events import TERMINAL_TYPES, EventType
+from fleet_rlm.service.runners import this_host
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Database, Store
@@ -260,7 +260,7 @@ def dead_runner() -> str:
     """A runner name of this host whose process has exited."""
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
-    return f"{socket.gethostname()}:{process.pid}:gone"
+    return f"{this_host()}:{process.pid}:gone"
 
 
 async def wait_for_output(service: FleetService, turn_id: str, text: str) -> None:

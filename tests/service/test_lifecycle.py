@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.sandbox import registry
 from fleet_rlm.service import turns
 from fleet_rlm.service.pool import LIFECYCLE_THREADS
+from fleet_rlm.service.runners import this_host
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.stored_reads import Read
 from fleet_rlm.service.turns import TurnSubmission
@@ -152,7 +152,7 @@ async def test_start_up_interrupts_turns_of_dead_processes_and_reaps_their_sandb
     await database.migrate()
     store = Store(database)
     session = await store.create_session(name="s")
-    dead = f"{socket.gethostname()}:{dead_pid()}:gone"
+    dead = f"{this_host()}:{dead_pid()}:gone"
     orphan, _ = await store.create_turn(session.id, "was running", runner=dead)
     await store.mark_running(orphan.id)
     started = Event(EventType.TURN_STARTED, 1, orphan.id, 1.0, "span_x", None, {})

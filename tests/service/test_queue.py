@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 import time
 import uuid
 from collections import Counter
@@ -23,6 +22,7 @@ import pytest
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.service.leases import LAPSED_REASON
+from fleet_rlm.service.runners import this_host
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.service.writer import RETRY_DELAYS
@@ -57,7 +57,7 @@ class Processes:
         # Each service here stands for a process of its own. A runner id naming this test's own pid
         # would tell every other service that its process restarted (its turns and sandboxes dead), so
         # it names a live process that is not this one, as another process on this host would.
-        service.runner = f"{socket.gethostname()}:{os.getppid()}:{uuid.uuid4().hex[:8]}"
+        service.runner = f"{this_host()}:{os.getppid()}:{uuid.uuid4().hex[:8]}"
         await service.start()
         self.started.append(service)
         return service

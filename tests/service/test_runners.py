@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from fleet_rlm.service.runners import is_dead, new_runner_id
+from fleet_rlm.service.runners import is_dead, new_runner_id, this_host
 
-HOST = socket.gethostname()
+HOST = this_host()
 
 
 @pytest.fixture
@@ -33,9 +33,9 @@ def ended_process() -> int:
     return process.pid
 
 
-def test_a_runner_id_names_this_host_and_process() -> None:
+def test_a_runner_id_names_this_host_its_pid_namespace_and_this_process() -> None:
     host, pid, nonce = new_runner_id().rsplit(":", 2)
-    assert (host, int(pid)) == (HOST, os.getpid())
+    assert (host, int(pid)) == (f"{socket.gethostname()}/{os.stat('/proc/self/ns/pid').st_ino}", os.getpid())
     assert nonce and new_runner_id() != new_runner_id()
 
 
@@ -82,3 +82,11 @@ def test_this_pid_with_another_nonce_is_a_previous_server_and_dead() -> None:
 
 def test_a_runner_on_another_host_is_left_to_that_host(ended_process: int) -> None:
     assert not is_dead(f"another-{HOST}:{ended_process}:0123abcd", new_runner_id())
+
+
+def test_a_process_in_another_pid_namespace_of_this_host_name_is_left_to_its_own(ended_process: int) -> None:
+    """Containers sharing a host name (host networking, a fixed ``hostname``) each count pids from 1:
+    a pid there says nothing about a pid here, not even this process's own."""
+    other_namespace = f"{socket.gethostname()}/1"
+    assert not is_dead(f"{other_namespace}:{ended_process}:0123abcd", new_runner_id())
+    assert not is_dead(f"{other_namespace}:{os.getpid()}:0123abcd", new_runner_id())

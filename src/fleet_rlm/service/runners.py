@@ -1,8 +1,11 @@
 """Which server process runs a turn, and whether that process is still alive.
 
-A runner id is ``host:pid:nonce``. At start-up a server closes the turns (and reaps the sandboxes)
-of runners on its own host whose process is gone, or that carry its own pid with another nonce (a
-restarted container reuses pids). Runners on other hosts are left to their own server.
+A runner id is ``host:pid:nonce``, where ``host`` is the host name and the pid namespace the pid is
+counted in (``name/ns``): containers may share a host name (host networking, a fixed ``hostname``)
+while each counts its own pids from 1. At start-up a server closes the turns (and reaps the
+sandboxes) of runners on its own host whose process is gone, or that carry its own pid with another
+nonce (a process restarted in the same namespace). Runners on other hosts, or in other pid
+namespaces, are left to their own server, or to their leases' expiry.
 """
 
 from __future__ import annotations
@@ -14,8 +17,17 @@ import uuid
 from fleet_rlm.processes import pid_alive
 
 
+def this_host() -> str:
+    """The ``host`` of this process's runner ids: its host name and pid namespace."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:  # no /proc: the host name alone
+        return socket.gethostname()
+    return f"{socket.gethostname()}/{namespace}"
+
+
 def new_runner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{this_host()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def is_dead(runner: str | None, me: str) -> bool:
