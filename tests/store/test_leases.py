@@ -11,7 +11,7 @@ from sqlalchemy import event, update
 
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.leases import lapsed
-from fleet_rlm.store import LeaseRenewal, Store
+from fleet_rlm.store import Conflict, LeaseRenewal, NotFound, Store
 from fleet_rlm.store.tables import EventRow, TurnRow, utcnow
 
 pytestmark = pytest.mark.anyio
@@ -200,3 +200,21 @@ async def test_still_queued_names_the_turns_not_yet_started_even_claimed_ones_an
     assert await store.still_queued([*ids, "turn_gone"]) == set(ids[1:])
     many = [f"turn_{index}" for index in range(1200)]  # more than one read's worth
     assert await store.still_queued([*many, ids[3]]) == {ids[3]}
+
+
+async def test_a_kernel_reset_voids_the_turns_started_so_far_and_is_refused_while_one_runs(store: Store) -> None:
+    session = await store.create_session(name="s")
+    assert await store.kernel_reset_after(session.id) == 0, "never restarted"
+    first, _ = await store.create_turn(session.id, "first")
+    await store.mark_running(first.id)
+    with pytest.raises(Conflict) as busy:
+        await store.reset_kernel(session.id)
+    assert busy.value.code == "kernel_busy"
+    assert await store.kernel_reset_after(session.id) == 0, "a refused reset changes nothing"
+
+    await store.finish_turn(first.id, status="completed", answer="x")
+    await store.create_turn(session.id, "second, still queued")
+    await store.reset_kernel("s")
+    assert await store.kernel_reset_after(session.id) == first.position, "the queued turn starts after the reset"
+    with pytest.raises(NotFound):
+        await store.reset_kernel("nope")

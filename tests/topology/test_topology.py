@@ -202,6 +202,29 @@ def test_a_sessions_turns_go_to_the_worker_keeping_its_kernel_whichever_replica_
     assert len(set(runners)) == 1, f"the session's turns moved between workers: {runners}"
 
 
+def test_a_kernel_restart_asked_of_a_replica_ends_the_kernel_a_worker_keeps_and_the_next_turn_is_told(
+    topology: Topology, model_server: ScriptedModelServer
+) -> None:
+    topology.start(replicas=1, workers=1)
+    client = topology.client(0)
+    client.create_session(name="restarted")
+    model_server.script("root", rlm_step("Keep.", "x = 41\nSUBMIT(answer=str(x))"))
+    model_server.script("root", rlm_step("Look.", "SUBMIT(answer=str('x' in globals()))"))
+    first = client.submit_turn("restarted", "keep x")
+    assert_whole(list(client.follow(first["id"])), EventType.TURN_COMPLETED)
+
+    client.restart_kernel("restarted")
+    second = client.submit_turn("restarted", "look for x")
+    events = list(client.follow(second["id"]))
+    assert_whole(events, EventType.TURN_COMPLETED)
+    assert client.turn(second["id"])["answer"] == "False", "the worker's kernel outlived its restart"
+    [evicted] = [e for e in events if e.type is EventType.KERNEL_EVICTED]
+    assert evicted.data["reason"] == "restart"
+    [restored] = [e for e in events if e.type is EventType.KERNEL_RESTORED]
+    assert restored.data["restored"] == [] and [lost["name"] for lost in restored.data["lost"]] == ["x"]
+    assert topology.runner_of(second["id"]) == topology.runner_of(first["id"]), "the same worker ran both"
+
+
 @pytest.mark.timeout(600)
 def test_a_rolling_restart_of_every_process_loses_no_turn_and_no_event(
     topology: Topology, model_server: ScriptedModelServer

@@ -184,7 +184,9 @@ class TurnExecution:
         if plan.turn.position > 1:  # a session's first turn (many sessions have one) has none to read
             finished = await self.store.history(plan.session.id, before_position=plan.turn.position)
         if self.kernels is not None:
-            runs = TurnRuns(plan.turn.position, tuple((t.position, t.runner) for t in finished if t.runner))
+            reset_after = await self.store.kernel_reset_after(plan.session.id) if plan.turn.position > 1 else 0
+            ran = tuple((t.position, t.runner) for t in finished if t.runner)
+            runs = TurnRuns(plan.turn.position, ran, reset_after)
             self.lease, opening = await self.kernels.open(plan.session.id, self.turn_id, runs)
             self.kernel = opening.kernel
         else:

@@ -59,6 +59,7 @@ ELSEWHERE_WORDS = (
     "the session's last turns ran in another worker process (on another machine, or before a restart), "
     "whose kernel state is not here"
 )
+RESTART_DETAIL = "restarted on request"
 REASON_WORDS = {
     "idle": "it was idle longer than the idle timeout",
     "lru": "the server keeps a limited number of kernels and this one was the least recently used",
@@ -77,6 +78,12 @@ class TurnRuns:
 
     position: int
     earlier: tuple[tuple[int, str], ...] = ()
+    reset_after: int = 0
+    """A restart asked of any process voided the kernels and state as of the turns up to this one."""
+
+    def was_reset(self, position: int) -> bool:
+        """Whether the kernel, or kernel state, of the turn at ``position`` was restarted since."""
+        return position <= self.reset_after
 
     def ran_elsewhere_after(self, position: int, runner: str | None) -> bool:
         return any(p > position and r != runner for p, r in self.earlier)
@@ -240,8 +247,12 @@ class KernelRegistry:
         ``runs`` says where the session's turns ran: a live kernel or a snapshot older than a turn that
         ran in another runner is neither reused nor restored, and the model is told."""
         kernel = self.live.get(session_id)
-        if kernel is not None and runs.ran_elsewhere_after(kernel.position, self.pool.runner):
+        if kernel is not None and runs.was_reset(kernel.position):
             async with kernel.lock:  # its last turn's snapshot is written first
+                await self._end(kernel, "restart", RESTART_DETAIL, forget_snapshot=True)
+            kernel = None
+        if kernel is not None and runs.ran_elsewhere_after(kernel.position, self.pool.runner):
+            async with kernel.lock:
                 if self.live.get(session_id) is kernel:
                     await self._end(
                         kernel, "server_restart", "a later turn of the session ran in another worker process"
@@ -292,6 +303,9 @@ class KernelRegistry:
         session_id = kernel.session_id
         events: list[Payload] = []
         state, has_snapshot = await self.state.load(session_id)
+        position = state.get("position")
+        if isinstance(position, int) and runs.was_reset(position) and _forget_snapshot(self.state, session_id, state):
+            has_snapshot = False  # restarted on request in another process, while no kernel lived here
         elsewhere = self._state_out_of_date(state, runs)
         if elsewhere:
             state = {}
@@ -415,23 +429,14 @@ class KernelRegistry:
         told its variables are gone. Conflict while a turn runs on it."""
         kernel = self.live.get(session_id)
         if kernel is None:
-
-            def forget(state: State) -> bool:
-                if not (state.get("snapshot") or state.get("variables")):
-                    return False
-                state.pop("snapshot", None)
-                self.state.snapshot_path(session_id).unlink(missing_ok=True)
-                return _ended("restart", "restarted on request")(state)
-
-            await self.state.change(session_id, forget)
+            await self.state.change(session_id, lambda state: _forget_snapshot(self.state, session_id, state))
             return
         if kernel.turn_running:
             raise Conflict("a turn is running on this session's kernel; cancel it first", code="kernel_busy")
         async with kernel.lock:  # the last turn's snapshot is still being written
             if kernel.turn_running:
                 raise Conflict("a turn is running on this session's kernel; cancel it first", code="kernel_busy")
-            if self.live.get(session_id) is kernel:
-                await self._end(kernel, "restart", "restarted on request", forget_snapshot=True)
+            await self._end(kernel, "restart", RESTART_DETAIL, forget_snapshot=True)
 
     async def forget(self, session_id: str) -> None:
         """The session was deleted: end its kernel (its storage goes with the session)."""
@@ -480,6 +485,16 @@ class KernelRegistry:
             return len(kernels), memory
 
     # Storage ----------------------------------------------------------------------------------
+
+
+def _forget_snapshot(states: KernelStateFiles, session_id: str, state: State) -> bool:
+    """A change of the state of a session's kernel that lives nowhere: restarted on request, so its
+    snapshot is dropped and its next turn is told its variables are gone. False: nothing to forget."""
+    if not (state.get("snapshot") or state.get("variables")) or _ending(state.get("ended"))[0] == "restart":
+        return False
+    state.pop("snapshot", None)
+    states.snapshot_path(session_id).unlink(missing_ok=True)
+    return _ended("restart", RESTART_DETAIL)(state)
 
 
 def _ended(reason: str, detail: str) -> Callable[[State], bool]:

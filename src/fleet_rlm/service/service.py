@@ -365,8 +365,10 @@ class FleetService(TurnOperations):
         return await self._kernels.summary() if self._kernels is not None else (0, 0)
 
     async def restart_kernel(self, ref: str) -> KernelStatus:
-        """End the session's kernel and drop its snapshot (Conflict while a turn runs on it)."""
+        """End the session's kernel and drop its snapshot (Conflict while a turn runs on it): here at
+        once; in another process that keeps it (a worker), before the session's next turn there."""
         session = await self.store.get_session(ref)
+        await self.store.reset_kernel(session.id)
         await self.kernels.restart(session.id)
         return await asyncio.to_thread(self.kernels.status, session.id)
 

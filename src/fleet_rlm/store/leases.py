@@ -13,12 +13,12 @@ import datetime as dt
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import exists, or_, select, update
+from sqlalchemy import exists, func, or_, select, update
 from sqlalchemy.orm import aliased
 
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
 from fleet_rlm.store.base import StoreBase, id_chunks
-from fleet_rlm.store.errors import NotFound
+from fleet_rlm.store.errors import Conflict, NotFound
 from fleet_rlm.store.notify import Channel, notify
 from fleet_rlm.store.records import Claimed, LeaseRenewal, SessionRecord, TurnRecord
 from fleet_rlm.store.tables import TURNS, SessionRow, TurnRow, utcnow
@@ -153,6 +153,31 @@ class LeaseQueries(StoreBase):
         async with self.db.read() as session:
             last = (await session.execute(query)).first()
         return None if last is None else kernel_kept_by(last.runner, last.status)
+
+    async def reset_kernel(self, session_id: str) -> None:
+        """Void the session's kernel and kernel state as of its turns so far, in whichever process keeps
+        them (it ends them before the session's next turn there). Conflict ``kernel_busy`` while a turn
+        of the session runs. The session's queued turn is locked as starting it locks it, so a turn
+        either started first (Conflict) or reads the reset when it starts."""
+        async with self.db.write() as session:
+            row = await self._session_row(session, session_id)
+            active = (
+                select(TurnRow.status)
+                .where(TurnRow.session_id == row.id, TurnRow.status.in_(ACTIVE_STATUSES))
+                .with_for_update(key_share=True)
+            )
+            if TurnStatus.RUNNING in (await session.execute(active)).scalars().all():
+                raise Conflict("a turn is running on this session's kernel; cancel it first", code="kernel_busy")
+            started = select(func.max(TurnRow.position)).where(
+                TurnRow.session_id == row.id, TurnRow.status != TurnStatus.QUEUED
+            )
+            row.kernel_reset_after = (await session.scalar(started)) or 0
+
+    async def kernel_reset_after(self, session_id: str) -> int:
+        """Up to which of the session's turns its kernels are void (:meth:`reset_kernel`); 0: none."""
+        query = select(SessionRow.kernel_reset_after).where(SessionRow.id == session_id)
+        async with self.db.read() as session:
+            return (await session.scalar(query)) or 0
 
     async def renew_leases(self, runner: str, turn_ids: Collection[str], lease_seconds: float) -> LeaseRenewal:
         """Extend ``runner``'s leases on ``turn_ids``: which of them a cancel was asked for, and which it no

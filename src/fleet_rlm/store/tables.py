@@ -104,6 +104,9 @@ class SessionRow(Base):
     settings: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    kernel_reset_after: Mapped[int | None] = mapped_column(Integer)
+    """A kernel restart asked of any process: the session's kernels and kernel state as of its turns up
+    to this position are void (None: never restarted)."""
 
 
 class TurnRow(Base):

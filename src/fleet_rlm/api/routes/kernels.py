@@ -31,9 +31,10 @@ async def get_kernel(session: str, service: Service) -> KernelOut:
 @router.post(
     "/sessions/{session}/kernel/restart",
     response_model=KernelOut,
-    responses={**NOT_FOUND, 409: {"model": ErrorBody, "description": "kernel_busy: a turn is running on it"}},
+    responses={**NOT_FOUND, 409: {"model": ErrorBody, "description": "kernel_busy: a turn of the session is running"}},
 )
 async def restart_kernel(session: str, service: Service) -> KernelOut:
     """End the session's kernel and drop its snapshot: the next turn starts from nothing and is told
-    which variables are gone (409 while a turn runs on it)."""
+    which variables are gone (409 while a turn of the session runs). A kernel another process keeps ends there
+    before the session's next turn."""
     return _out(await service.restart_kernel(session))
