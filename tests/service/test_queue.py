@@ -144,6 +144,23 @@ async def test_a_caller_that_goes_away_cancels_the_turn_a_worker_runs_within_a_s
     assert time.monotonic() - asked < 1.0
 
 
+async def test_a_session_deleted_through_the_api_process_ends_the_kernel_a_worker_keeps(
+    processes: Processes, model_server: ScriptedModelServer
+) -> None:
+    api, worker = await processes.api(), await processes.worker()
+    session = await api.create_session(name="s")
+    model_server.script("root", rlm_step("Keep.", "x = 1\nSUBMIT(answer='kept')"))
+    turn, _ = await api.submit_turn("s", TurnSubmission(message="keep x"))
+    assert (await worker.wait_for_turn(turn.id)).runner == worker.runner  # its kernel's snapshot taken too
+    assert session.id in worker.kernels.live
+    assert worker.kernels.state.directory(session.id).is_dir()
+
+    await api.delete_session("s")
+    await worker.kernels.forget_deleted()  # what its sweep does every quarter idle timeout, at most 30 s
+    assert session.id not in worker.kernels.live, "the deleted session's kernel lives on"
+    assert not worker.kernels.state.directory(session.id).exists(), "its kernel state is kept"
+
+
 TICKING = "import time\nfor i in range(300):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\nSUBMIT(answer='x')"
 
 

@@ -40,7 +40,8 @@ from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.channel import TurnChannel
 from fleet_rlm.service.engines import OwnThreads, RunningTurn, TurnEngine
 from fleet_rlm.service.files import UNREVIEWED_ORIGIN, SessionFiles, refresh_workspace
-from fleet_rlm.service.kernels import Kernel, KernelOpening, KernelRegistry, TurnRuns
+from fleet_rlm.service.kernel_state import TurnRuns
+from fleet_rlm.service.kernels import Kernel, KernelOpening, KernelRegistry
 from fleet_rlm.service.leases import LAPSED_REASON
 from fleet_rlm.service.memory import MEMORY_FILE, MemoryBook
 from fleet_rlm.service.pool import Lease, SandboxPool

@@ -1,5 +1,6 @@
 """A session kernel's stored state: ``sessions/<id>/kernel/state.json`` (its variables, its snapshot's
-summary, how it ended) beside ``snapshot.pickle``.
+summary, how it ended) beside ``snapshot.pickle``; the changes made to it (it ended, it was restarted);
+and where the session's turns ran, which says when a kernel or its state is out of date.
 
 The event loop never touches these files itself: a write that replaces a file can wait on the disk for
 tens of milliseconds while sandboxes create their volumes, and every turn's events would wait with it.
@@ -14,8 +15,10 @@ import contextlib
 import json
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,38 @@ STATE_FILE = "state.json"
 SNAPSHOT_FILE = "snapshot.pickle"
 
 State = dict[str, Any]
+
+RESTART_DETAIL = "restarted on request"
+REASON_WORDS = {
+    "idle": "it was idle longer than the idle timeout",
+    "lru": "the server keeps a limited number of kernels and this one was the least recently used",
+    "restart": "it was restarted on request",
+    "server_restart": "the server restarted",
+    "died": "its worker ended (a cancel, a crash or a limit)",
+}
+
+
+@dataclass(frozen=True)
+class TurnRuns:
+    """Where a session's turns ran, from the database: this turn's position, and the (position,
+    runner) of each finished turn a runner claimed. A kernel, or kernel state, is out of date when a
+    turn after the one it last served ran in another runner (a worker on another machine, or one
+    sharing this data directory)."""
+
+    position: int
+    earlier: tuple[tuple[int, str], ...] = ()
+    reset_after: int = 0
+    """A restart asked of any process voided the kernels and state as of the turns up to this one."""
+
+    def was_reset(self, position: int) -> bool:
+        """Whether the kernel, or kernel state, of the turn at ``position`` was restarted since."""
+        return position <= self.reset_after
+
+    def ran_elsewhere_after(self, position: int, runner: str | None) -> bool:
+        return any(p > position and r != runner for p, r in self.earlier)
+
+    def ran_elsewhere(self, me: str) -> bool:
+        return any(r != me for _, r in self.earlier)
 
 
 class KernelStateFiles:
@@ -88,3 +123,32 @@ class KernelStateFiles:
         if lock is None:
             lock = self._locks[session_id] = asyncio.Lock()
         return lock
+
+
+def forget_snapshot(states: KernelStateFiles, session_id: str, state: State) -> bool:
+    """A change of the state of a session's kernel that lives nowhere: restarted on request, so its
+    snapshot is dropped and its next turn is told its variables are gone. False: nothing to forget."""
+    if not (state.get("snapshot") or state.get("variables")) or ending(state.get("ended"))[0] == "restart":
+        return False
+    state.pop("snapshot", None)
+    states.snapshot_path(session_id).unlink(missing_ok=True)
+    return ended_change("restart", RESTART_DETAIL)(state)
+
+
+def ended_change(reason: str, detail: str) -> Callable[[State], bool]:
+    """A change of a kernel's state: it ended now, for ``reason``."""
+    at = time.time()
+
+    def change(state: State) -> bool:
+        state["ended"] = {"reason": reason, "detail": detail, "at": at}
+        return True
+
+    return change
+
+
+def ending(ended: Any) -> tuple[str, str, float | None]:
+    """The reason, words and time a kernel ended, from its stored state (none: the server restarted)."""
+    if isinstance(ended, dict) and ended.get("reason") in REASON_WORDS:
+        at = ended.get("at")
+        return str(ended["reason"]), REASON_WORDS[ended["reason"]], at if isinstance(at, float) else None
+    return "server_restart", REASON_WORDS["server_restart"], None

@@ -20,9 +20,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -42,7 +43,15 @@ from fleet_rlm.protocol.payloads import (
 from fleet_rlm.sandbox import kernel_code
 from fleet_rlm.sandbox.kernel_code import KernelReport, KernelVariableInfo, Lost
 from fleet_rlm.service.files import FileIdentity
-from fleet_rlm.service.kernel_state import KernelStateFiles, State
+from fleet_rlm.service.kernel_state import (
+    RESTART_DETAIL,
+    KernelStateFiles,
+    State,
+    TurnRuns,
+    ended_change,
+    ending,
+    forget_snapshot,
+)
 from fleet_rlm.service.kernel_text import live_text, restored_text
 from fleet_rlm.service.pool import LIFECYCLE_THREADS, Lease, SandboxPool, Started
 from fleet_rlm.store import Conflict
@@ -59,37 +68,6 @@ ELSEWHERE_WORDS = (
     "the session's last turns ran in another worker process (on another machine, or before a restart), "
     "whose kernel state is not here"
 )
-RESTART_DETAIL = "restarted on request"
-REASON_WORDS = {
-    "idle": "it was idle longer than the idle timeout",
-    "lru": "the server keeps a limited number of kernels and this one was the least recently used",
-    "restart": "it was restarted on request",
-    "server_restart": "the server restarted",
-    "died": "its worker ended (a cancel, a crash or a limit)",
-}
-
-
-@dataclass(frozen=True)
-class TurnRuns:
-    """Where a session's turns ran, from the database: this turn's position, and the (position,
-    runner) of each finished turn a runner claimed. A kernel, or kernel state, is out of date when a
-    turn after the one it last served ran in another runner (a worker on another machine, or one
-    sharing this data directory)."""
-
-    position: int
-    earlier: tuple[tuple[int, str], ...] = ()
-    reset_after: int = 0
-    """A restart asked of any process voided the kernels and state as of the turns up to this one."""
-
-    def was_reset(self, position: int) -> bool:
-        """Whether the kernel, or kernel state, of the turn at ``position`` was restarted since."""
-        return position <= self.reset_after
-
-    def ran_elsewhere_after(self, position: int, runner: str | None) -> bool:
-        return any(p > position and r != runner for p, r in self.earlier)
-
-    def ran_elsewhere(self, me: str) -> bool:
-        return any(r != me for _, r in self.earlier)
 
 
 @dataclass
@@ -158,8 +136,16 @@ class KernelStatus:
 class KernelRegistry:
     """The live kernels of this server process, by session, least recently used first."""
 
-    def __init__(self, pool: SandboxPool, sessions_root: Path, settings: SandboxSettings) -> None:
+    def __init__(
+        self,
+        pool: SandboxPool,
+        sessions_root: Path,
+        settings: SandboxSettings,
+        existing: Callable[[Collection[str]], Awaitable[set[str]]] | None = None,
+    ) -> None:
         self.pool = pool
+        self._existing = existing
+        """Which of these sessions are not deleted (another process may delete one whose kernel is here)."""
         self.state = KernelStateFiles(sessions_root)
         self.settings = settings
         self.live: OrderedDict[str, Kernel] = OrderedDict()
@@ -196,6 +182,7 @@ class KernelRegistry:
             await asyncio.sleep(period)
             try:
                 await self.evict_idle()
+                await self.forget_deleted()
             except Exception:
                 log.exception("kernel idle sweep failed")
 
@@ -221,7 +208,7 @@ class KernelRegistry:
             return
         del self.live[kernel.session_id]
         variables = [v.to_dict() for v in kernel.variables]
-        mark_ended = _ended(reason, detail)
+        mark_ended = ended_change(reason, detail)
 
         def end(state: State) -> bool:
             if forget_snapshot:
@@ -304,7 +291,7 @@ class KernelRegistry:
         events: list[Payload] = []
         state, has_snapshot = await self.state.load(session_id)
         position = state.get("position")
-        if isinstance(position, int) and runs.was_reset(position) and _forget_snapshot(self.state, session_id, state):
+        if isinstance(position, int) and runs.was_reset(position) and forget_snapshot(self.state, session_id, state):
             has_snapshot = False  # restarted on request in another process, while no kernel lived here
         elsewhere = self._state_out_of_date(state, runs)
         if elsewhere:
@@ -313,7 +300,7 @@ class KernelRegistry:
         ended = state.get("ended")
         known = state.get("variables") or []
         if known or state.get("snapshot"):
-            reason, detail, at = _ending(ended)
+            reason, detail, at = ending(ended)
             events.append(KernelEvicted(reason=cast(KernelEndReason, reason), detail=detail, at=at))
         events.append(KernelStarted(sandbox_id=lease.sandbox_id))
         restored = KernelReport()
@@ -330,7 +317,7 @@ class KernelRegistry:
                 )
             )
             kernel.variables = [v for v in _infos(known) if v.name in set(restored.restored)]
-        text = restored_text(kernel.variables, lost, _ending(ended)[1]) if known else ""
+        text = restored_text(kernel.variables, lost, ending(ended)[1]) if known else ""
         if elsewhere:
             text = restored_text([], [], ELSEWHERE_WORDS)
         state["ended"] = None
@@ -369,7 +356,7 @@ class KernelRegistry:
             if kept is None:
                 if self.live.get(kernel.session_id) is kernel:
                     del self.live[kernel.session_id]
-                await self.state.change(kernel.session_id, _ended("died", "its worker ended during the turn"))
+                await self.state.change(kernel.session_id, ended_change("died", "its worker ended during the turn"))
                 return
             kept.observer.target = None
             kernel.started = kept
@@ -429,7 +416,7 @@ class KernelRegistry:
         told its variables are gone. Conflict while a turn runs on it."""
         kernel = self.live.get(session_id)
         if kernel is None:
-            await self.state.change(session_id, lambda state: _forget_snapshot(self.state, session_id, state))
+            await self.state.change(session_id, lambda state: forget_snapshot(self.state, session_id, state))
             return
         if kernel.turn_running:
             raise Conflict("a turn is running on this session's kernel; cancel it first", code="kernel_busy")
@@ -443,6 +430,18 @@ class KernelRegistry:
         kernel = self.live.pop(session_id, None)
         if kernel is not None:
             await self.pool.destroy(kernel.sandbox_id, [kernel.started.sandbox])
+
+    async def forget_deleted(self) -> None:
+        """End the kernels of sessions deleted through another process (which ends only its own), once
+        their last snapshot is written, and drop their kernel state here."""
+        if self._existing is None or not self.live:
+            return
+        kept = await self._existing(list(self.live))
+        for kernel in [k for k in self.live.values() if k.session_id not in kept]:
+            async with kernel.lock:
+                await self.forget(kernel.session_id)
+            await asyncio.to_thread(shutil.rmtree, self.state.directory(kernel.session_id), ignore_errors=True)
+            log.info("kernel of session %s ended: the session was deleted", kernel.session_id)
 
     async def settled(self, session_id: str) -> None:
         """Wait until the last turn's snapshot of the session's kernel is taken (not for a turn)."""
@@ -483,37 +482,6 @@ class KernelRegistry:
             memory = await asyncio.to_thread(lambda: sum(kernel.memory_bytes() or 0 for kernel in kernels))
             self._summary = (time.monotonic(), which, memory)
             return len(kernels), memory
-
-    # Storage ----------------------------------------------------------------------------------
-
-
-def _forget_snapshot(states: KernelStateFiles, session_id: str, state: State) -> bool:
-    """A change of the state of a session's kernel that lives nowhere: restarted on request, so its
-    snapshot is dropped and its next turn is told its variables are gone. False: nothing to forget."""
-    if not (state.get("snapshot") or state.get("variables")) or _ending(state.get("ended"))[0] == "restart":
-        return False
-    state.pop("snapshot", None)
-    states.snapshot_path(session_id).unlink(missing_ok=True)
-    return _ended("restart", RESTART_DETAIL)(state)
-
-
-def _ended(reason: str, detail: str) -> Callable[[State], bool]:
-    """A change of a kernel's state: it ended now, for ``reason``."""
-    at = time.time()
-
-    def change(state: State) -> bool:
-        state["ended"] = {"reason": reason, "detail": detail, "at": at}
-        return True
-
-    return change
-
-
-def _ending(ended: Any) -> tuple[str, str, float | None]:
-    """The reason, words and time a kernel ended, from its stored state (none: the server restarted)."""
-    if isinstance(ended, dict) and ended.get("reason") in REASON_WORDS:
-        at = ended.get("at")
-        return str(ended["reason"]), REASON_WORDS[ended["reason"]], at if isinstance(at, float) else None
-    return "server_restart", REASON_WORDS["server_restart"], None
 
 
 def _infos(known: list[Any]) -> list[KernelVariableInfo]:

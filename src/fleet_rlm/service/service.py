@@ -131,7 +131,9 @@ class FleetService(TurnOperations):
     def kernels(self) -> KernelRegistry:
         """The session kernels this process keeps live between turns (docs/kernels.md)."""
         if self._kernels is None:
-            self._kernels = KernelRegistry(self.pool, self.blobs.root, self.settings.sandbox)
+            self._kernels = KernelRegistry(
+                self.pool, self.blobs.root, self.settings.sandbox, existing=self.store.existing_sessions
+            )
         return self._kernels
 
     @property

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import AsyncIterable, Callable, Sequence
+from collections.abc import AsyncIterable, Callable, Collection, Sequence
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
@@ -23,7 +23,7 @@ from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.protocol.ids import BUILTIN_PROGRAM_VERSION, SESSION_ID_PREFIX, is_session_id, new_session_id
 from fleet_rlm.protocol.payloads import TurnInterrupted
 from fleet_rlm.protocol.status import ACTIVE_STATUSES, FINAL_STATUSES, TurnStatus
-from fleet_rlm.store.base import event_row
+from fleet_rlm.store.base import event_row, id_chunks
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound, StoreError
 from fleet_rlm.store.evaluation import EvalQueries, serving_program
 from fleet_rlm.store.events import EventQueries
@@ -471,6 +471,14 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
     async def session_ids(self) -> set[str]:
         async with self.db.read() as session:
             return set((await session.execute(select(SessionRow.id))).scalars())
+
+    async def existing_sessions(self, session_ids: Collection[str]) -> set[str]:
+        """Those of ``session_ids`` not deleted."""
+        found: set[str] = set()
+        async with self.db.read() as session:
+            for chunk in id_chunks(list(session_ids)):
+                found.update((await session.execute(select(SessionRow.id).where(SessionRow.id.in_(chunk)))).scalars())
+        return found
 
 
 def _columns(table: type[SessionRow | TurnRow]) -> set[str]:
