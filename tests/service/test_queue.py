@@ -12,7 +12,7 @@ import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import TypeVar
 
@@ -49,8 +49,10 @@ class Processes:
     async def api(self) -> FleetService:
         return await self._start(FleetService(self.settings, database=Database(str(self.settings.database_url))))
 
-    async def worker(self) -> FleetService:
-        service = FleetService(self.settings, database=Database(str(self.settings.database_url)), runs_turns=True)
+    async def worker(self, home: Path | None = None) -> FleetService:
+        """A worker; with ``home``, on a data directory of its own (as on another machine)."""
+        settings = self.settings if home is None else self.settings.with_values({"home": home})
+        service = FleetService(settings, database=Database(str(settings.database_url)), runs_turns=True)
         return await self._start(service)
 
     async def _start(self, service: FleetService) -> FleetService:
@@ -145,9 +147,9 @@ async def test_a_caller_that_goes_away_cancels_the_turn_a_worker_runs_within_a_s
 
 
 async def test_a_session_deleted_through_the_api_process_ends_the_kernel_a_worker_keeps(
-    processes: Processes, model_server: ScriptedModelServer
+    processes: Processes, model_server: ScriptedModelServer, tmp_path: Path
 ) -> None:
-    api, worker = await processes.api(), await processes.worker()
+    api, worker = await processes.api(), await processes.worker(home=tmp_path / "worker")
     session = await api.create_session(name="s")
     model_server.script("root", rlm_step("Keep.", "x = 1\nSUBMIT(answer='kept')"))
     turn, _ = await api.submit_turn("s", TurnSubmission(message="keep x"))
@@ -156,9 +158,23 @@ async def test_a_session_deleted_through_the_api_process_ends_the_kernel_a_worke
     assert worker.kernels.state.directory(session.id).is_dir()
 
     await api.delete_session("s")
+    asked = worker.kernels._existing
+    assert asked is not None
+
+    async def while_a_new_sessions_kernel_opens(session_ids: Collection[str]) -> set[str]:
+        kept = await asked(session_ids)
+        model_server.script("root", rlm_step("New.", "y = 2\nSUBMIT(answer='new')"))
+        fresh, _ = await api.submit_turn("new", TurnSubmission(message="a new session's turn"))
+        await worker.wait_for_turn(fresh.id)
+        return kept
+
+    new = await api.create_session(name="new")
+    worker.kernels._existing = while_a_new_sessions_kernel_opens
     await worker.kernels.forget_deleted()  # what its sweep does every quarter idle timeout, at most 30 s
     assert session.id not in worker.kernels.live, "the deleted session's kernel lives on"
     assert not worker.kernels.state.directory(session.id).exists(), "its kernel state is kept"
+    assert new.id in worker.kernels.live, "a kernel opened while the sweep asked was taken for a deleted one's"
+    assert worker.kernels.state.directory(new.id).is_dir()
 
 
 TICKING = "import time\nfor i in range(300):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\nSUBMIT(answer='x')"

@@ -234,16 +234,15 @@ class KernelRegistry:
         ``runs`` says where the session's turns ran: a live kernel or a snapshot older than a turn that
         ran in another runner is neither reused nor restored, and the model is told."""
         kernel = self.live.get(session_id)
-        if kernel is not None and runs.was_reset(kernel.position):
-            async with kernel.lock:  # its last turn's snapshot is written first
-                await self._end(kernel, "restart", RESTART_DETAIL, forget_snapshot=True)
-            kernel = None
+        # Out of date first: the state a later turn elsewhere left (and its snapshot) is then looked at
+        # afresh, restarted or not, by the stored position (:meth:`_opening`).
         if kernel is not None and runs.ran_elsewhere_after(kernel.position, self.pool.runner):
+            async with kernel.lock:  # its last turn's snapshot is written first
+                await self._end(kernel, "server_restart", "a later turn of the session ran in another worker process")
+            kernel = None
+        if kernel is not None and runs.was_reset(kernel.position):
             async with kernel.lock:
-                if self.live.get(session_id) is kernel:
-                    await self._end(
-                        kernel, "server_restart", "a later turn of the session ran in another worker process"
-                    )
+                await self._end(kernel, "restart", RESTART_DETAIL, forget_snapshot=True)
             kernel = None
         if kernel is not None:
             await kernel.lock.acquire()
@@ -291,8 +290,9 @@ class KernelRegistry:
         events: list[Payload] = []
         state, has_snapshot = await self.state.load(session_id)
         position = state.get("position")
-        if isinstance(position, int) and runs.was_reset(position) and forget_snapshot(self.state, session_id, state):
-            has_snapshot = False  # restarted on request in another process, while no kernel lived here
+        restarted = isinstance(position, int) and runs.was_reset(position)  # elsewhere, while none lived here
+        if restarted and await asyncio.to_thread(forget_snapshot, self.state, session_id, state):
+            has_snapshot = False
         elsewhere = self._state_out_of_date(state, runs)
         if elsewhere:
             state = {}
@@ -436,12 +436,17 @@ class KernelRegistry:
         their last snapshot is written, and drop their kernel state here."""
         if self._existing is None or not self.live:
             return
-        kept = await self._existing(list(self.live))
-        for kernel in [k for k in self.live.values() if k.session_id not in kept]:
+        asked = dict(self.live)  # a kernel opened while the database answers is not in its answer
+        kept = await self._existing(list(asked))
+        for session_id, kernel in asked.items():
+            if session_id in kept:
+                continue
             async with kernel.lock:
-                await self.forget(kernel.session_id)
-            await asyncio.to_thread(shutil.rmtree, self.state.directory(kernel.session_id), ignore_errors=True)
-            log.info("kernel of session %s ended: the session was deleted", kernel.session_id)
+                if self.live.get(session_id) is not kernel:
+                    continue
+                await self.forget(session_id)
+            await asyncio.to_thread(shutil.rmtree, self.state.directory(session_id), ignore_errors=True)
+            log.info("kernel of session %s ended: the session was deleted", session_id)
 
     async def settled(self, session_id: str) -> None:
         """Wait until the last turn's snapshot of the session's kernel is taken (not for a turn)."""

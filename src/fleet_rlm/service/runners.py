@@ -41,6 +41,6 @@ def is_dead(runner: str | None, me: str) -> bool:
     if len(parts) != 3 or not parts[1].isdigit():
         return True
     host, pid = parts[0], int(parts[1])
-    if host != my_host:
+    if host != my_host and host != my_host.split("/")[0]:  # an id from before namespaces were named: this host
         return False
     return pid == os.getpid() or not pid_alive(pid)

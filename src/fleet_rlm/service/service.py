@@ -8,6 +8,7 @@ running by dead processes ``interrupted``, reaps their sandboxes and drops unref
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -271,6 +272,8 @@ class FleetService(TurnOperations):
         if self.worker is not None:
             await self.worker.drain()
         await self.submissions.close()  # a turn stored meanwhile is among the executions below
+        if self._cleanups:  # a cancel of a caller that left (it may start a turn, to end it cancelled)
+            await asyncio.wait(list(self._cleanups), timeout=SHUTDOWN_GRACE_SECONDS)
         running = [e.task for e in self.executions.values() if e.task is not None]
         if drain and running:
             await asyncio.wait(running, timeout=drain)
@@ -371,7 +374,9 @@ class FleetService(TurnOperations):
         once; in another process that keeps it (a worker), before the session's next turn there."""
         session = await self.store.get_session(ref)
         await self.store.reset_kernel(session.id)
-        await self.kernels.restart(session.id)
+        # Busy here only while its turn, ended in the database, lets go of it: ended before the next turn.
+        with contextlib.suppress(Conflict):
+            await self.kernels.restart(session.id)
         return await asyncio.to_thread(self.kernels.status, session.id)
 
     # Files ------------------------------------------------------------------------------------

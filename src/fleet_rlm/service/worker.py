@@ -63,7 +63,8 @@ class TurnWorker:
         self._wakeup.set()
 
     def queued_here(self, turn_id: str) -> None:
-        """A turn submitted here was queued for want of room: claim it (or any) when room comes."""
+        """A turn submitted here was queued for want of room: claim it when room comes (a worker that
+        serves the queue claims the oldest queued turns, this one among them)."""
         if self._own is not None:
             self._own.add(turn_id)
         self.wake()

@@ -52,6 +52,13 @@ def held_elsewhere(runner: str) -> Any:
     )
 
 
+RESET_ATTEMPTS = 3
+
+
+class _TurnArrived(Exception):
+    """A turn of the session was submitted while its kernel was being reset (the reset is rolled back)."""
+
+
 class LeaseQueries(StoreBase):
     async def claim_turn(
         self, runner: str, lease_seconds: float, *, turn_id: str | None = None, affinity_seconds: float = 0.0
@@ -157,21 +164,35 @@ class LeaseQueries(StoreBase):
     async def reset_kernel(self, session_id: str) -> None:
         """Void the session's kernel and kernel state as of its turns so far, in whichever process keeps
         them (it ends them before the session's next turn there). Conflict ``kernel_busy`` while a turn
-        of the session runs. The session's queued turn is locked as starting it locks it, so a turn
-        either started first (Conflict) or reads the reset when it starts."""
+        of the session runs.
+
+        The session's queued turn is locked as starting it locks it, so it either started first
+        (Conflict) or reads the reset when it starts. A turn submitted meanwhile holds the session's row,
+        which the reset then waits for: if one did, the reset is made again, with it locked too."""
+        for _ in range(RESET_ATTEMPTS):
+            try:
+                await self._reset_kernel_once(session_id)
+                return
+            except _TurnArrived:
+                continue
+        raise Conflict("turns of this session keep arriving; try again", code="kernel_busy")
+
+    async def _reset_kernel_once(self, session_id: str) -> None:
         async with self.db.write() as session:
             row = await self._session_row(session, session_id)
-            active = (
-                select(TurnRow.status)
-                .where(TurnRow.session_id == row.id, TurnRow.status.in_(ACTIVE_STATUSES))
-                .with_for_update(key_share=True)
+            active = select(TurnRow.id, TurnRow.status).where(
+                TurnRow.session_id == row.id, TurnRow.status.in_(ACTIVE_STATUSES)
             )
-            if TurnStatus.RUNNING in (await session.execute(active)).scalars().all():
+            locked = (await session.execute(active.with_for_update(key_share=True))).all()
+            if any(turn.status is TurnStatus.RUNNING for turn in locked):
                 raise Conflict("a turn is running on this session's kernel; cancel it first", code="kernel_busy")
             started = select(func.max(TurnRow.position)).where(
                 TurnRow.session_id == row.id, TurnRow.status != TurnStatus.QUEUED
             )
             row.kernel_reset_after = (await session.scalar(started)) or 0
+            await session.flush()  # waits for a submission holding the session's row
+            if {turn.id for turn in (await session.execute(active)).all()} - {turn.id for turn in locked}:
+                raise _TurnArrived
 
     async def kernel_reset_after(self, session_id: str) -> int:
         """Up to which of the session's turns its kernels are void (:meth:`reset_kernel`); 0: none."""
