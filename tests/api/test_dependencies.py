@@ -10,8 +10,11 @@ from fastapi.dependencies import utils
 from starlette import _exception_handler
 from starlette.middleware import errors
 
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+
 from .conftest import SettingsFactory
 from .server import server_in_thread
+from .test_turns_api import SLOW
 
 THREAD_POOL_CALLERS: list[tuple[ModuleType, str]] = [
     (utils, "run_in_threadpool"),  # plain def dependencies
@@ -41,7 +44,7 @@ def thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_requests_are_served_on_the_event_loop_without_a_hop_to_a_thread(
-    make_settings: SettingsFactory, thread_hops: list[str]
+    make_settings: SettingsFactory, model_server: ScriptedModelServer, thread_hops: list[str]
 ) -> None:
     """A plain ``def`` dependency or handler runs on FastAPI's thread pool: each request would wait for a
     thread, then for the event loop again, and a burst of requests would start threads meanwhile."""
@@ -51,6 +54,7 @@ def test_requests_are_served_on_the_event_loop_without_a_hop_to_a_thread(
             assert http.post("/sessions", json={"name": "s"}).status_code == 201
             assert http.get("/sessions/s").status_code == 200
             assert http.get("/sessions").status_code == 200
+            model_server.script("root", rlm_step("Slow.", SLOW))  # still running when it is cancelled
             turn = http.post("/sessions/s/turns", json={"message": "hi"})
             assert turn.status_code == 202
             ticket = http.post(f"/turns/{turn.json()['id']}/events/ticket")
