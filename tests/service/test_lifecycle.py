@@ -180,9 +180,19 @@ async def test_start_up_interrupts_turns_of_dead_processes_and_reaps_their_sandb
         await service.stop()
 
 
+async def give_up(service: FleetService, turn_id: str, how: str) -> None:
+    """Cancel the turn, or leave it as an MCP or OpenAI-compatible caller that went away does."""
+    if how == "cancel":
+        await service.cancel_turn(turn_id)
+    else:
+        service.abandon_turn(turn_id)
+
+
+@pytest.mark.parametrize("how", ["cancel", "abandon"])
 async def test_turns_beyond_the_running_limit_wait_queued_and_can_be_cancelled_there(
-    make_settings: SettingsFactory, model_server: ScriptedModelServer
+    make_settings: SettingsFactory, model_server: ScriptedModelServer, how: str
 ) -> None:
+    """A turn still queued that its caller gave up on must not run later for nobody."""
     settings = make_settings(max_running_turns=1)
     service = FleetService(settings, database=Database(str(settings.database_url)))
     await service.start()
@@ -196,38 +206,14 @@ async def test_turns_beyond_the_running_limit_wait_queued_and_can_be_cancelled_t
         doomed, _ = await service.submit_turn("c", TurnSubmission(message="given up"))
         assert (await service.store.get_turn(waiting.id)).status == "queued"
 
-        await service.cancel_turn(doomed.id)
+        await give_up(service, doomed.id, how)
         assert (await service.wait_for_turn(doomed.id)).status == "cancelled"
         assert (await service.store.get_turn(running.id)).status == "running"
 
         model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='my turn')"))
-        await service.cancel_turn(running.id)
-        assert (await service.wait_for_turn(waiting.id)).answer == "my turn"
-    finally:
-        await service.stop()
-
-
-async def test_a_turn_waiting_for_room_is_cancelled_when_its_caller_goes_away(
-    make_settings: SettingsFactory, model_server: ScriptedModelServer
-) -> None:
-    """An MCP or OpenAI-compatible caller that leaves abandons its turn; one still queued must not run
-    later for nobody."""
-    settings = make_settings(max_running_turns=1)
-    service = FleetService(settings, database=Database(str(settings.database_url)))
-    await service.start()
-    try:
-        for name in ("a", "b"):
-            await service.create_session(name=name)
-        model_server.script("root", rlm_step("Slow.", SLOW))
-        running, _ = await service.submit_turn("a", TurnSubmission(message="slow"))
-        await wait_for_output(service, running.id, "started")
-        waiting, _ = await service.submit_turn("b", TurnSubmission(message="given up"))
-
-        service.abandon_turn(waiting.id)
-        assert (await service.wait_for_turn(waiting.id)).status == "cancelled"
-        assert (await service.store.get_turn(running.id)).status == "running"
-        service.abandon_turn(running.id)
+        await give_up(service, running.id, how)
         assert (await service.wait_for_turn(running.id)).status == "cancelled"
+        assert (await service.wait_for_turn(waiting.id)).answer == "my turn"
     finally:
         await service.stop()
 

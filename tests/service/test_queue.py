@@ -31,7 +31,7 @@ from fleet_rlm.testing.faults import FailingCalls
 from fleet_rlm.testing.settings import scripted_settings
 from tests.store.databases import PostgresDatabases
 
-from .test_lifecycle import SLOW, wait_for_output
+from .test_lifecycle import SLOW, give_up, wait_for_output
 from .test_worker import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -112,9 +112,12 @@ async def test_an_api_process_queues_the_turn_and_a_worker_runs_it_while_the_api
     assert (done.status, done.answer, done.runner) == ("completed", "42", worker.runner)
 
 
+@pytest.mark.parametrize("how", ["cancel", "abandon"])
 async def test_a_cancel_asked_of_the_api_process_reaches_the_worker_within_a_second(
-    processes: Processes, model_server: ScriptedModelServer
+    processes: Processes, model_server: ScriptedModelServer, how: str
 ) -> None:
+    """Asked, or by an MCP or OpenAI-compatible caller that went away (the process it called may not be
+    the one running its turn)."""
     api, _worker = await processes.api(), await processes.worker()
     await api.create_session(name="s")
     model_server.script("root", rlm_step("Slow.", SLOW))
@@ -122,25 +125,7 @@ async def test_a_cancel_asked_of_the_api_process_reaches_the_worker_within_a_sec
     await wait_for_output(api, turn.id, "started")
 
     asked = time.monotonic()
-    await api.cancel_turn(turn.id)
-    ended = await api.wait_for_turn(turn.id)
-    assert ended.status == "cancelled"
-    assert time.monotonic() - asked < 1.0
-
-
-async def test_a_caller_that_goes_away_cancels_the_turn_a_worker_runs_within_a_second(
-    processes: Processes, model_server: ScriptedModelServer
-) -> None:
-    """An MCP or OpenAI-compatible caller that leaves abandons its turn: the process it called may not
-    be the one running it."""
-    api, _worker = await processes.api(), await processes.worker()
-    await api.create_session(name="s")
-    model_server.script("root", rlm_step("Slow.", SLOW))
-    turn, _ = await api.submit_turn("s", TurnSubmission(message="slow"))
-    await wait_for_output(api, turn.id, "started")
-
-    asked = time.monotonic()
-    api.abandon_turn(turn.id)
+    await give_up(api, turn.id, how)
     ended = await api.wait_for_turn(turn.id)
     assert ended.status == "cancelled"
     assert time.monotonic() - asked < 1.0
@@ -291,24 +276,15 @@ async def test_a_notification_is_only_a_wake_up_a_forged_cancel_stops_nothing(
     assert (await api.wait_for_turn(turn.id)).status == "cancelled"
 
 
-async def test_a_turn_no_worker_claimed_is_cancelled_at_once_by_the_api_process(
-    processes: Processes,
-) -> None:
+@pytest.mark.parametrize("how", ["cancel", "abandon"])
+async def test_a_turn_no_worker_claimed_is_cancelled_at_once_by_the_api_process(processes: Processes, how: str) -> None:
     api = await processes.api()
     await api.create_session(name="s")
     turn, _ = await api.submit_turn("s", TurnSubmission(message="nobody runs this"))
-    await api.cancel_turn(turn.id)
+    await give_up(api, turn.id, how)
     ended = await api.wait_for_turn(turn.id)
     assert ended.status == "cancelled"
     assert [e.type for e in await api.stored_events(turn.id, limit=10)][-1] is EventType.TURN_CANCELLED
-
-
-async def test_a_turn_no_worker_claimed_is_cancelled_when_its_caller_goes_away(processes: Processes) -> None:
-    api = await processes.api()
-    await api.create_session(name="s")
-    turn, _ = await api.submit_turn("s", TurnSubmission(message="nobody runs this"))
-    api.abandon_turn(turn.id)
-    assert (await api.wait_for_turn(turn.id)).status == "cancelled"
 
 
 async def test_a_draining_worker_finishes_its_turn_and_claims_no_more_another_worker_does(
