@@ -218,6 +218,30 @@ async def test_turns_beyond_the_running_limit_wait_queued_and_can_be_cancelled_t
         await service.stop()
 
 
+async def test_a_queued_turn_whose_caller_left_just_before_the_process_stops_ends_cancelled(
+    make_settings: SettingsFactory, model_server: ScriptedModelServer
+) -> None:
+    """As when an MCP host closes ``fleet mcp``: its calls are given up, then the process stops."""
+    settings = make_settings(max_running_turns=1)
+    service = FleetService(settings, database=Database(str(settings.database_url)))
+    await service.start()
+    for name in ("a", "b"):
+        await service.create_session(name=name)
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    running, _ = await service.submit_turn("a", TurnSubmission(message="slow"))
+    await wait_for_output(service, running.id, "started")
+    waiting, _ = await service.submit_turn("b", TurnSubmission(message="given up"))
+
+    service.abandon_turn(waiting.id)
+    service.abandon_turn(running.id)
+    await service.stop()
+    store = Store(Database(str(settings.database_url)))
+    try:
+        assert [(await store.get_turn(t.id)).status for t in (running, waiting)] == ["cancelled", "cancelled"]
+    finally:
+        await store.db.dispose()
+
+
 async def test_a_reader_of_a_queued_turn_sees_it_start_at_once_even_when_it_starts_while_the_reader_reads(
     make_settings: SettingsFactory, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -124,8 +124,11 @@ class TurnExecution:
         return self.task
 
     def cancel(self, *, shutdown: bool = False) -> None:
+        """Stop the turn: it ends ``cancelled``, or ``interrupted`` when the process stops it (a cancel
+        asked before that stays a cancel)."""
+        if not self.cancel_requested:
+            self.shutting_down = shutdown
         self.cancel_requested = True
-        self.shutting_down = self.shutting_down or shutdown
         if self.engine_turn is not None:
             self.engine_turn.cancel()
 

@@ -116,6 +116,8 @@ class FleetService(TurnOperations):
         self.reaped_at_start: list[dict[str, Any]] = []
         self._readiness = ReadinessChecks(self.database, settings.lm, lambda: self.backend, lambda: self._pool)
         self._cleanups: set[asyncio.Task[None]] = set()
+        self._abandons: set[asyncio.Task[None]] = set()
+        """The cancels of turns whose callers went away, in the background (:meth:`abandon_turn`)."""
         self.shutting_down = False
         """Set when the process starts to stop (:meth:`begin_shutdown`): callers cut off from then on
         do not abandon their turns."""
@@ -272,8 +274,8 @@ class FleetService(TurnOperations):
         if self.worker is not None:
             await self.worker.drain()
         await self.submissions.close()  # a turn stored meanwhile is among the executions below
-        if self._cleanups:  # a cancel of a caller that left (it may start a turn, to end it cancelled)
-            await asyncio.wait(list(self._cleanups), timeout=SHUTDOWN_GRACE_SECONDS)
+        if self._abandons:  # a cancel may start a turn, to end it cancelled: among the executions below
+            await asyncio.wait(list(self._abandons), timeout=SHUTDOWN_GRACE_SECONDS)
         running = [e.task for e in self.executions.values() if e.task is not None]
         if drain and running:
             await asyncio.wait(running, timeout=drain)

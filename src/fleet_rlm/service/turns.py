@@ -98,6 +98,7 @@ class TurnOperations(ABC):
     tracer: TurnTracer | None
     engine: TurnEngine
     _cleanups: set[asyncio.Task[None]]
+    _abandons: set[asyncio.Task[None]]
     shutting_down: bool
 
     @property
@@ -328,7 +329,7 @@ class TurnOperations(ABC):
             except Exception:
                 log.exception("turn %s: its caller went away, and it could not be cancelled", turn_id)
 
-        self._in_background(cancel(), name=f"abandon-{turn_id}")
+        self._in_background(cancel(), name=f"abandon-{turn_id}", tasks=self._abandons)
 
     def delete_when_done(self, session_id: str, turn_id: str) -> None:
         """Delete an ephemeral session once its turn has ended (in the background)."""
@@ -342,11 +343,15 @@ class TurnOperations(ABC):
 
         self._in_background(delete(), name=f"delete-{session_id}")
 
-    def _in_background(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
-        """Run ``work`` without waiting for it; stopping the service gives it a moment to finish."""
+    def _in_background(
+        self, work: Coroutine[Any, Any, None], *, name: str, tasks: set[asyncio.Task[None]] | None = None
+    ) -> None:
+        """Run ``work`` without waiting for it, kept in ``tasks`` (by default the cleanups): stopping the
+        service gives them a moment to finish."""
+        kept = self._cleanups if tasks is None else tasks
         task = asyncio.get_running_loop().create_task(work, name=name)
-        self._cleanups.add(task)
-        task.add_done_callback(self._cleanups.discard)
+        kept.add(task)
+        task.add_done_callback(kept.discard)
 
     async def wait_for_turn(self, turn_id: str) -> TurnRecord:
         """Block until the turn ends (tests and the CLI use this)."""
