@@ -345,6 +345,53 @@ def test_a_worker_sent_sigterm_mid_turn_lets_the_turn_finish_and_exits_cleanly(
     assert_whole(list(client.follow(turn["id"])), EventType.TURN_COMPLETED)
 
 
+def test_a_second_signal_cuts_a_drain_short_and_the_running_turns_end_interrupted(
+    topology: Topology, model_server: ScriptedModelServer
+) -> None:
+    """Ctrl-C twice: the operator will not wait for the turns (a drain lasts up to a minute)."""
+    topology.start(replicas=1, workers=1)
+    client = topology.client(0)
+    turn = submit_running(client, model_server, "cut", SLOW)
+    wait_for_output([], client.follow(turn["id"]), "started")
+
+    (worker,) = topology.workers
+    assert worker.process is not None
+    worker.process.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + 30
+    while "draining" not in worker.log.read_text():
+        assert time.monotonic() < deadline, "the worker did not start draining"
+        time.sleep(0.05)
+    worker.process.send_signal(signal.SIGINT)
+    assert worker.process.wait(timeout=20) == 0, "the worker went on draining"
+    ended = client.turn(turn["id"])
+    assert ended["status"] == "interrupted", ended
+    assert_whole(list(client.follow(turn["id"])), EventType.TURN_INTERRUPTED)
+    assert "the drain was cut short: 1 running" in worker.log.read_text()
+
+
+def test_a_second_signal_cuts_fleet_serves_drain_short(topology: Topology, model_server: ScriptedModelServer) -> None:
+    topology.start(replicas=1, workers=0)
+    serving = ServerProcess({**topology.env, "FLEET_WORKER_IN_SERVER": "true"}, topology.logs / "serve.log", cli=True)
+    serving.start()
+    try:
+        with FleetClient(serving.base_url) as client:
+            turn = submit_running(client, model_server, "cut", SLOW)
+            wait_for_output([], client.follow(turn["id"]), "started")
+        assert serving.process is not None
+        serving.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while "draining" not in serving.log.read_text():
+            assert time.monotonic() < deadline, "fleet serve did not start draining"
+            time.sleep(0.05)
+        serving.process.send_signal(signal.SIGINT)
+        serving.process.wait(timeout=20)
+        ended = topology.client(0).turn(turn["id"])
+        assert ended["status"] == "interrupted", ended
+        assert "the drain was cut short: 1 running" in serving.log.read_text()
+    finally:
+        serving.stop()
+
+
 def test_a_client_following_a_turn_on_a_replica_that_restarts_gets_every_event_once(
     topology: Topology, model_server: ScriptedModelServer
 ) -> None:

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType
 
 import uvicorn
@@ -27,14 +27,18 @@ log = logging.getLogger(__name__)
 class ShutdownAwareServer(uvicorn.Server):
     """uvicorn's server, telling the service the moment a signal starts the shutdown: the streams it
     then cuts were not left by their clients (an OpenAI-compatible or MCP call cut off this way does
-    not cancel its turn, which drains or ends interrupted with the rest)."""
+    not cancel its turn, which drains or ends interrupted with the rest). A second signal cuts the
+    drain short."""
 
-    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, service: FleetService) -> None:
         super().__init__(config)
-        self._on_exit = on_exit
+        self._service = service
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self._on_exit()
+        if self.should_exit:
+            self._service.cut_drain()
+        else:
+            self._service.begin_shutdown()
         super().handle_exit(sig, frame)
 
 
@@ -80,7 +84,7 @@ def serve(
         log_level="info",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
-    server = ShutdownAwareServer(config, service.begin_shutdown)
+    server = ShutdownAwareServer(config, service)
     with logs_on_a_thread(), contextlib.suppress(KeyboardInterrupt):
         server.run()
     if not server.started:  # as uvicorn.run ends when it could not start (the port is taken, say)

@@ -119,6 +119,8 @@ class FleetService(TurnOperations):
         self._abandons: set[asyncio.Task[None]] = set()
         """The cancels of turns whose callers went away, in the background (:meth:`abandon_turn`)."""
         self.shutting_down = False
+        self._drain_cut = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
         """Set when the process starts to stop (:meth:`begin_shutdown`): callers cut off from then on
         do not abandon their turns."""
         self.tracer = tracer if tracer is not None else configured_tracer(settings)
@@ -171,6 +173,7 @@ class FleetService(TurnOperations):
         """Migrate and reconcile; with ``run_turns`` (a server or a worker does; ``fleet sessions`` does
         not) also serve: keep turn leases, listen for other processes and, if this process runs turns,
         warm the sandbox pool and claim queued turns."""
+        self._loop = asyncio.get_running_loop()
         await self.database.migrate()
         self.interrupted_at_start = await self.store.interrupt_turns(
             lambda turn: turn.runner is not None and is_dead(turn.runner, self.runner), INTERRUPTED_REASON
@@ -265,6 +268,12 @@ class FleetService(TurnOperations):
         (:meth:`abandon_turn`). Safe in a signal handler."""
         self.shutting_down = True
 
+    def cut_drain(self) -> None:
+        """Stop waiting for the running turns to finish (a second signal): they end ``interrupted`` now.
+        Safe in a signal handler."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._drain_cut.set)
+
     async def stop(self, *, drain: float = 0.0) -> None:
         """Stop claiming turns; give running ones ``drain`` seconds to finish; stop the rest (they end
         ``interrupted``), tear the pool down, close the database."""
@@ -278,7 +287,13 @@ class FleetService(TurnOperations):
             await asyncio.wait(list(self._abandons), timeout=SHUTDOWN_GRACE_SECONDS)
         running = [e.task for e in self.executions.values() if e.task is not None]
         if drain and running:
-            await asyncio.wait(running, timeout=drain)
+            finished = asyncio.ensure_future(asyncio.wait(running))
+            cut = asyncio.ensure_future(self._drain_cut.wait())
+            await asyncio.wait([finished, cut], timeout=drain, return_when=asyncio.FIRST_COMPLETED)
+            for waiting in (finished, cut):
+                waiting.cancel()
+            if self._drain_cut.is_set():
+                log.info("the drain was cut short: %d running turns end interrupted", len(self.executions))
         executions = list(self.executions.values())
         for execution in executions:
             execution.cancel(shutdown=True)

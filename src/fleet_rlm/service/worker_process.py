@@ -25,14 +25,21 @@ def check_worker_database(database: Database) -> None:
 
 async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     """Claim and run queued turns until ``stop`` is set or a SIGTERM/SIGINT arrives; then claim no more,
-    give running turns ``worker.drain_seconds`` to finish, and end the rest ``interrupted``."""
+    give running turns ``worker.drain_seconds`` to finish (a second signal cuts that short), and end the
+    rest ``interrupted``."""
     database = Database.from_settings(settings)
     check_worker_database(database)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     service = FleetService(settings, database=database, runs_turns=True)
+
+    def on_signal() -> None:  # the first drains; a second cuts the drain short
+        if stop.is_set():
+            service.cut_drain()
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal)
     await service.start()
     heap.freeze_start_up()
     log.info("worker %s runs turns from %s", service.runner, database.display_url)
