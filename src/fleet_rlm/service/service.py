@@ -119,10 +119,11 @@ class FleetService(TurnOperations):
         self._abandons: set[asyncio.Task[None]] = set()
         """The cancels of turns whose callers went away, in the background (:meth:`abandon_turn`)."""
         self.shutting_down = False
-        self._drain_cut = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
         """Set when the process starts to stop (:meth:`begin_shutdown`): callers cut off from then on
         do not abandon their turns."""
+        self._drain_cut = asyncio.Event()
+        """Set by a second signal (:meth:`cut_drain`): the drain's wait for running turns ends."""
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.tracer = tracer if tracer is not None else configured_tracer(settings)
         self._kernels: KernelRegistry | None = None
         self.wakeups = Wakeups(self.store.still_queued)
