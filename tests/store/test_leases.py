@@ -11,7 +11,8 @@ from sqlalchemy import event, update
 
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.leases import lapsed
-from fleet_rlm.store import Conflict, LeaseRenewal, NotFound, Store
+from fleet_rlm.store import Conflict, LeaseRenewal, NewTurn, NotFound, Store
+from fleet_rlm.store.submissions import create_together
 from fleet_rlm.store.tables import EventRow, TurnRow, utcnow
 
 pytestmark = pytest.mark.anyio
@@ -218,3 +219,33 @@ async def test_a_kernel_reset_voids_the_turns_started_so_far_and_is_refused_whil
     assert await store.kernel_reset_after(session.id) == first.position, "the queued turn starts after the reset"
     with pytest.raises(NotFound):
         await store.reset_kernel("nope")
+
+
+async def test_a_turn_submitted_while_a_kernel_reset_waits_is_locked_by_the_reset_made_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reset's first look at the session's turns could not see a turn whose submission had not
+    committed; that submission holds the session's row, which the reset then waits for. Had the reset
+    committed as it was, the new turn could start and read the old reset before it: the reset would be
+    lost. It is made again, with the new turn locked too."""
+    if store.db.is_sqlite:
+        pytest.skip("SQLite has one writer at a time: transactions do not lock rows")
+    session = await store.create_session(name="s")
+    first, _ = await store.create_turn(session.id, "first")
+    await store.finish_turn(first.id, status="completed", answer="x")
+    attempts: list[int] = []
+    once = store._reset_kernel_once
+
+    async def counted(session_id: str) -> None:
+        attempts.append(1)
+        await once(session_id)
+
+    monkeypatch.setattr(store, "_reset_kernel_once", counted)
+    async with store.db.write() as submitting:
+        await create_together(submitting, [NewTurn(session.id, "second")])
+        reset = asyncio.create_task(store.reset_kernel(session.id))
+        await asyncio.sleep(0.5)
+        assert not reset.done(), "the reset did not wait for the submission holding the session's row"
+    await asyncio.wait_for(reset, 10)
+    assert len(attempts) == 2
+    assert await store.kernel_reset_after(session.id) == first.position
