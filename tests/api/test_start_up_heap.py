@@ -49,14 +49,14 @@ def test_fleet_serve_builds_its_app_to_freeze_after_start_up(
     class Server:
         started = True
 
-        def __init__(self, config: object) -> None:
+        def __init__(self, config: object, service: object) -> None:
             self.config = config
 
         def run(self) -> None:
             pass
 
     monkeypatch.setattr(server, "create_app", create_app)
-    monkeypatch.setattr(server.uvicorn, "Server", Server)
+    monkeypatch.setattr(server, "ShutdownAwareServer", Server)
     settings = scripted_settings(model_server, home, database_url=f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}")
     server.serve(settings, host="127.0.0.1", port=1)
     assert [kwargs.get("freeze_start_up") for kwargs in built] == [True]
