@@ -125,7 +125,7 @@ class KernelStateFiles:
         return lock
 
 
-def forget_snapshot(states: KernelStateFiles, session_id: str, state: State) -> bool:
+def restart_state(states: KernelStateFiles, session_id: str, state: State) -> bool:
     """A change of the state of a session's kernel that lives nowhere: restarted on request, so its
     snapshot is dropped and its next turn is told its variables are gone. False: nothing to forget."""
     if not (state.get("snapshot") or state.get("variables")) or ending(state.get("ended"))[0] == "restart":

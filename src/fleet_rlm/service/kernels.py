@@ -50,7 +50,7 @@ from fleet_rlm.service.kernel_state import (
     TurnRuns,
     ended_change,
     ending,
-    forget_snapshot,
+    restart_state,
 )
 from fleet_rlm.service.kernel_text import live_text, restored_text
 from fleet_rlm.service.pool import LIFECYCLE_THREADS, Lease, SandboxPool, Started
@@ -291,7 +291,7 @@ class KernelRegistry:
         state, has_snapshot = await self.state.load(session_id)
         position = state.get("position")
         restarted = isinstance(position, int) and runs.was_reset(position)  # elsewhere, while none lived here
-        if restarted and await asyncio.to_thread(forget_snapshot, self.state, session_id, state):
+        if restarted and await asyncio.to_thread(restart_state, self.state, session_id, state):
             has_snapshot = False
         elsewhere = self._state_out_of_date(state, runs)
         if elsewhere:
@@ -416,7 +416,7 @@ class KernelRegistry:
         told its variables are gone. Conflict while a turn runs on it."""
         kernel = self.live.get(session_id)
         if kernel is None:
-            await self.state.change(session_id, lambda state: forget_snapshot(self.state, session_id, state))
+            await self.state.change(session_id, lambda state: restart_state(self.state, session_id, state))
             return
         if kernel.turn_running:
             raise Conflict("a turn is running on this session's kernel; cancel it first", code="kernel_busy")
