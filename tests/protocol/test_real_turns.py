@@ -23,9 +23,9 @@ from fleet_rlm.models.scripted import Reply, ScriptedModelServer, fields_reply, 
 from fleet_rlm.protocol.events import TERMINAL_TYPES, EventType
 from fleet_rlm.service.runners import this_host
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Database, Store
 from tests.api.server import RunningServer, server_in_thread
+from tests.service.test_lifecycle import a_turn_running_and_one_waiting
 
 from .conftest import SettingsFactory, schema_errors, sse_frames
 
@@ -263,13 +263,6 @@ def dead_runner() -> str:
     return f"{this_host()}:{process.pid}:gone"
 
 
-async def wait_for_output(service: FleetService, turn_id: str, text: str) -> None:
-    async for event in await service.events(turn_id):
-        if event is not None and event.type is EventType.OUTPUT and text in str(event.data.get("text")):
-            return
-    raise AssertionError(f"the turn ended before printing {text!r}")
-
-
 @pytest.mark.anyio
 async def test_turns_interrupted_or_cancelled_while_queued_keep_the_schema(
     make_settings: SettingsFactory, model_server: ScriptedModelServer
@@ -278,19 +271,14 @@ async def test_turns_interrupted_or_cancelled_while_queued_keep_the_schema(
     url = str(settings.database_url)
     service = FleetService(settings, database=Database(url))
     await service.start()
-    for name in ("running", "queued"):
-        await service.create_session(name=name)
-    model_server.script("root", rlm_step("Slow.", SLOW))
-    running, _ = await service.submit_turn("running", TurnSubmission(message="slow"))
-    await wait_for_output(service, running.id, "started")
-    queued, _ = await service.submit_turn("queued", TurnSubmission(message="waits"))
+    running, queued = await a_turn_running_and_one_waiting(service, model_server)
     await service.cancel_turn(queued.id)
     assert (await service.wait_for_turn(queued.id)).status == "cancelled"
     await service.stop()  # the running turn is interrupted by the shutdown
 
     # A turn left running by a process that died is interrupted when the next one starts up.
     store = Store(Database(url))
-    orphan, _ = await store.create_turn("queued", "was running", runner=dead_runner())
+    orphan, _ = await store.create_turn("waiting", "was running", runner=dead_runner())
     await store.mark_running(orphan.id)
     await store.db.dispose()
     restarted = FleetService(settings, database=Database(url))

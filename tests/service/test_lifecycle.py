@@ -180,6 +180,20 @@ async def test_start_up_interrupts_turns_of_dead_processes_and_reaps_their_sandb
         await service.stop()
 
 
+async def a_turn_running_and_one_waiting(
+    service: FleetService, model_server: ScriptedModelServer
+) -> tuple[TurnRecord, TurnRecord]:
+    """In a service that runs one turn at a time: a slow turn running (in session ``running``) and one
+    queued behind it (in session ``waiting``)."""
+    for name in ("running", "waiting"):
+        await service.create_session(name=name)
+    model_server.script("root", rlm_step("Slow.", SLOW))
+    running, _ = await service.submit_turn("running", TurnSubmission(message="slow"))
+    await wait_for_output(service, running.id, "started")
+    waiting, _ = await service.submit_turn("waiting", TurnSubmission(message="waits"))
+    return running, waiting
+
+
 async def give_up(service: FleetService, turn_id: str, how: str) -> None:
     """Cancel the turn, or leave it as an MCP or OpenAI-compatible caller that went away does."""
     if how == "cancel":
@@ -197,13 +211,9 @@ async def test_turns_beyond_the_running_limit_wait_queued_and_can_be_cancelled_t
     service = FleetService(settings, database=Database(str(settings.database_url)))
     await service.start()
     try:
-        for name in ("a", "b", "c"):
-            await service.create_session(name=name)
-        model_server.script("root", rlm_step("Slow.", SLOW))
-        running, _ = await service.submit_turn("a", TurnSubmission(message="slow"))
-        await wait_for_output(service, running.id, "started")
-        waiting, _ = await service.submit_turn("b", TurnSubmission(message="waits"))
-        doomed, _ = await service.submit_turn("c", TurnSubmission(message="given up"))
+        running, waiting = await a_turn_running_and_one_waiting(service, model_server)
+        await service.create_session(name="doomed")
+        doomed, _ = await service.submit_turn("doomed", TurnSubmission(message="given up"))
         assert (await service.store.get_turn(waiting.id)).status == "queued"
 
         await give_up(service, doomed.id, how)
@@ -225,12 +235,7 @@ async def test_a_queued_turn_whose_caller_left_just_before_the_process_stops_end
     settings = make_settings(max_running_turns=1)
     service = FleetService(settings, database=Database(str(settings.database_url)))
     await service.start()
-    for name in ("a", "b"):
-        await service.create_session(name=name)
-    model_server.script("root", rlm_step("Slow.", SLOW))
-    running, _ = await service.submit_turn("a", TurnSubmission(message="slow"))
-    await wait_for_output(service, running.id, "started")
-    waiting, _ = await service.submit_turn("b", TurnSubmission(message="given up"))
+    running, waiting = await a_turn_running_and_one_waiting(service, model_server)
 
     service.abandon_turn(waiting.id)
     service.abandon_turn(running.id)

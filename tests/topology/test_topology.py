@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -49,6 +50,14 @@ def submit_running(client: FleetClient, model_server: ScriptedModelServer, sessi
     client.create_session(name=session)
     model_server.script("root", rlm_step("Work.", code))
     return client.submit_turn(session, f"run the code of {session}")
+
+
+def wait_for_log(log: Path, text: str, seconds: float = 30) -> None:
+    """Until the process's log says ``text``."""
+    deadline = time.monotonic() + seconds
+    while text not in log.read_text():
+        assert time.monotonic() < deadline, f"{log.name} never said {text!r}"
+        time.sleep(0.05)
 
 
 def assert_whole(events: list[Event], last: EventType) -> None:
@@ -357,10 +366,7 @@ def test_a_second_signal_cuts_a_drain_short_and_the_running_turns_end_interrupte
     (worker,) = topology.workers
     assert worker.process is not None
     worker.process.send_signal(signal.SIGINT)
-    deadline = time.monotonic() + 30
-    while "draining" not in worker.log.read_text():
-        assert time.monotonic() < deadline, "the worker did not start draining"
-        time.sleep(0.05)
+    wait_for_log(worker.log, "draining")
     worker.process.send_signal(signal.SIGINT)
     assert worker.process.wait(timeout=20) == 0, "the worker went on draining"
     ended = client.turn(turn["id"])
@@ -379,10 +385,7 @@ def test_a_second_signal_cuts_fleet_serves_drain_short(topology: Topology, model
             wait_for_output([], client.follow(turn["id"]), "started")
         assert serving.process is not None
         serving.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while "draining" not in serving.log.read_text():
-            assert time.monotonic() < deadline, "fleet serve did not start draining"
-            time.sleep(0.05)
+        wait_for_log(serving.log, "draining")
         serving.process.send_signal(signal.SIGINT)
         serving.process.wait(timeout=20)
         ended = topology.client(0).turn(turn["id"])
