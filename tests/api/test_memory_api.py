@@ -79,6 +79,7 @@ def test_hostile_requests_get_clear_errors_and_change_nothing(
             (http.post(f"{url}/approve", json={"text": "a\u0000b"}), 422, "invalid_memory_text"),
             (http.post(f"{url}/approve", json={"text": "  \n "}), 422, "invalid_memory_text"),
             (http.post(f"{url}/approve", json={"text": "\u202eevil\x1b[2J"}), 422, "invalid_memory_text"),
+            (http.post(f"{url}/approve", json={"text": "ok\u2067\U000e0041"}), 422, "invalid_memory_text"),
             (http.post(f"{url}/approve", json={"text": 5}), 422, "invalid_request"),
             (http.post(f"{url}/approve", json={"text": "ok", "status": "approved"}), 422, "invalid_request"),
             (http.post(f"{url}/approve", json={"text": "x" * 900_000}), 422, "invalid_memory_text"),

@@ -180,7 +180,10 @@ async def test_an_archive_out_of_order_or_with_unlisted_data_is_refused(service:
     [
         ("not a list", "must be a list"),
         ([{"text": "x"}] * 1001, "at most 1000 entries"),
-        ([{"text": "a\u0007b"}], "memory entry 1 of the archive: text contains the control character"),
+        (
+            [{"text": "a\u0007b"}],
+            "memory entry 1 of the archive: text contains U+0007 (a control character) at index 1",
+        ),
         ([{"text": "x" * 1001}], "text is 1001 characters long; the most is 1000"),
         ([{"text": "fine", "why": 7}], "why must be a string"),
         ([{"why": "no text"}], "malformed"),

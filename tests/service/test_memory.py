@@ -142,7 +142,7 @@ async def test_hostile_remember_arguments_are_refused_clearly_and_the_turn_goes_
         expected = [
             "remember: text: Input should be a valid string",
             "remember: text is 5000 characters long; the most is 100",
-            "remember: text contains the control character '\\x00'",
+            "remember: text contains U+0000 (a control character) at index 1;",
             "remember: text is not valid Unicode",
             "remember: text is empty",
             "remember: why is 501 characters long; the most is 500",

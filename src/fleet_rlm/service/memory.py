@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 
 from fleet_rlm.config import MemorySettings
 from fleet_rlm.engine.memory import MemoryRefused, Proposal, ProposalOutcome
+from fleet_rlm.protocol.visible import hidden_character, show_hidden
 from fleet_rlm.store import Conflict, Invalid, MemoryRecord, NotFound, Store
 
 MEMORY_FILE = "memory/MEMORIES.md"
 MAX_WHY_CHARS = 500
 PROPOSAL_WAIT_SECONDS = 30.0
 _ENTRY_ID = re.compile(r"mem_[0-9a-f]{16}")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 _SHOWN_ID_CHARS = 64
 _OUTCOME_OF_STATUS: dict[str, ProposalOutcome] = {
     "pending": "already_pending",
@@ -38,8 +38,10 @@ class BadMemoryText(Invalid):
 
 
 def check_text(value: object, *, what: str, limit: int, allow_empty: bool = False) -> str:
-    """``value`` as memory text: line breaks made ``\\n``, trimmed, at most ``limit`` characters, no
-    control character but a line break or a tab, valid Unicode. Raises :class:`BadMemoryText`."""
+    """``value`` as memory text: line breaks made ``\\n``, trimmed, at most ``limit`` characters, valid
+    Unicode, and nothing a reviewer would not see as itself (:func:`hidden_character`: controls but
+    line breaks and tabs, bidi, zero-width, tag and private-use characters, ...), so the text the
+    person approves is the text later turns read. Raises :class:`BadMemoryText`."""
     if not isinstance(value, str):
         raise BadMemoryText(f"{what} must be a string, not {type(value).__name__}")
     text = value.replace("\r\n", "\n").replace("\r", "\n").strip()
@@ -47,27 +49,29 @@ def check_text(value: object, *, what: str, limit: int, allow_empty: bool = Fals
         raise BadMemoryText(f"{what} is {len(text)} characters long; the most is {limit}")
     if not text and not allow_empty:
         raise BadMemoryText(f"{what} is empty")
-    control = _CONTROL.search(text)
-    if control is not None:
-        raise BadMemoryText(
-            f"{what} contains the control character {control[0]!r}; only line breaks and tabs are allowed"
-        )
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise BadMemoryText(f"{what} is not valid Unicode (it holds a lone surrogate)") from None
+    hidden = hidden_character(value, allowed="\n\r\t")
+    if hidden is not None:
+        raise BadMemoryText(
+            f"{what} contains {hidden.describe()}; only visible characters, line breaks and tabs are "
+            "allowed, so that the reviewer sees all later turns will read"
+        )
     return text
 
 
 def render_memories(entries: Sequence[MemoryRecord], max_chars: int) -> str | None:
     """``memory/MEMORIES.md`` for approved ``entries`` (oldest first): the newest entries whose text
-    fits in ``max_chars``, with a note on how many older ones are left out; None without entries."""
+    fits in ``max_chars``, with a note on how many older ones are left out; None without entries.
+    A character an entry approved before today's checks holds, hidden from its reviewer, is escaped."""
     if not entries:
         return None
     shown: list[str] = []
     used = 0
     for entry in reversed(entries):
-        block = "- " + entry.text.replace("\n", "\n  ")
+        block = "- " + show_hidden(entry.text).replace("\n", "\n  ")
         if used + len(block) > max_chars:
             break
         shown.append(block)
@@ -114,8 +118,14 @@ class MemoryBook:
         return await self.store.get_memory(check_entry_id(entry_id))
 
     async def approve(self, entry_id: str, text: str | None = None) -> MemoryRecord:
-        """Approve the entry, with ``text`` in place of its own when the person edited it."""
+        """Approve the entry, with ``text`` in place of its own when the person edited it. Its own text
+        must pass today's checks: one stored before a rule must be approved edited."""
         check_entry_id(entry_id)
+        if text is None:
+            try:
+                self.check_entry((await self.store.get_memory(entry_id)).text)
+            except BadMemoryText as exc:
+                raise BadMemoryText(f"{exc.message}; approve it with the text edited") from None
         edited = None if text is None else self.check_entry(text)
         return await self.store.review_memory(entry_id, "approved", text=edited)
 

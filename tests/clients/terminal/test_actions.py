@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from fleet_rlm.clients.terminal.actions import ChatState, open_session
 from fleet_rlm.clients.terminal.client import ChatClient
 from fleet_rlm.clients.terminal.repl import handle_line
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.store import Database, Store, database_url
 from fleet_rlm.testing.settings import scripted_settings
 from tests.api.server import RunningServer, server_in_thread
 
@@ -170,6 +172,29 @@ def test_memory_lists_proposals_and_the_person_approves_edits_rejects_and_forget
     ]
     assert chat.run("/memory forget 2") == ["forgot: south shrank by 12%"]
     assert [e["text"] for e in chat.client.memories()] == ["north is the largest region", "the person likes puns"]
+
+
+def test_memory_shows_a_hidden_character_stored_before_the_rule_as_an_escape(chat: Chat, api: RunningServer) -> None:
+    async def store_old_entry() -> None:  # as an older Fleet stored it, before memory refused these
+        database = Database(database_url(api.settings))
+        try:
+            await Store(database).propose_memory(
+                "deploy to prod\u202e\U000e0069", "seen\u200b", session_id=None, turn_id=None, max_pending=10
+            )
+        finally:
+            await database.dispose()
+
+    asyncio.run(store_old_entry())
+    assert chat.run("/memory")[1:3] == [
+        " 1. deploy to prod\\u202e\\U000e0069",
+        "    why: seen\\u200b · from a deleted session",
+    ]
+    assert " ".join(chat.run("/memory approve 1")) == (  # wrapped at the console's width
+        "✗ text contains U+202E RIGHT-TO-LEFT OVERRIDE (a direction-changing character) at index 14; only "
+        "visible characters, line breaks and tabs are allowed, so that the reviewer sees all later turns "
+        "will read; approve it with the text edited"
+    )
+    assert chat.run("/memory reject 1") == ["rejected: deploy to prod\\u202e\\U000e0069"]
 
 
 def test_attach_directories_and_get_refuses_corrupted_bytes(

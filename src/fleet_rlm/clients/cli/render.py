@@ -23,6 +23,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.protocol.visible import show_hidden
 from fleet_rlm.workspace.manifest import human_size
 
 INDENT_PER_LEVEL = 4
@@ -173,7 +174,7 @@ class EventRenderer:
         if kind is EventType.MEMORY_PROPOSED:
             return [
                 Text(
-                    f"  ✎ remembered (pending review): {preview(str(data.get('text', '')), MEMORY_PREVIEW_CHARS)}",
+                    f"  ✎ remembered (pending review): {preview(show_hidden(str(data.get('text', ''))), MEMORY_PREVIEW_CHARS)}",
                     style="cyan",
                 )
             ]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from fleet_rlm.clients.terminal.commands import CommandError, MemoryAction, parse_memory
+from fleet_rlm.protocol.visible import show_hidden
 
 if TYPE_CHECKING:
     from fleet_rlm.clients.terminal.actions import ChatState
@@ -33,10 +34,16 @@ def _origin(entry: dict[str, Any], names: dict[str, str], current: str) -> str:
     return f"from session {names.get(session, session)}"
 
 
+def _shown(text: object) -> str:
+    """An entry's text as the reviewer must see it: a hidden character stored before memory refused
+    them is escaped (``\\u202e``), never passed to the terminal."""
+    return show_hidden(str(text))
+
+
 def _show(state: ChatState, number: int, entry: dict[str, Any], names: dict[str, str]) -> None:
-    text = str(entry["text"]).replace("\n", "\n    ")
+    text = _shown(entry["text"]).replace("\n", "\n    ")
     state.console.print(Text(f"{number:>2}. {text}"))
-    why = f"why: {entry['why']} · " if entry.get("why") else ""
+    why = f"why: {_shown(entry['why'])} · " if entry.get("why") else ""
     state.say(f"    {why}{_origin(entry, names, state.session_id)}")
 
 
@@ -77,10 +84,10 @@ def do_memory(state: ChatState, args: tuple[str, ...]) -> None:
     if action.action in ("approve", "edit"):
         done = state.client.approve_memory(entry_id, action.text)
         verb = "approved as edited" if action.text is not None else "approved"
-        state.say(f"{verb}: {done['text']}", "green")
+        state.say(f"{verb}: {_shown(done['text'])}", "green")
     elif action.action == "reject":
         state.client.reject_memory(entry_id)
-        state.say(f"rejected: {entry['text']}", "yellow")
+        state.say(f"rejected: {_shown(entry['text'])}", "yellow")
     else:
         state.client.delete_memory(entry_id)
-        state.say(f"forgot: {entry['text']}", "yellow")
+        state.say(f"forgot: {_shown(entry['text'])}", "yellow")

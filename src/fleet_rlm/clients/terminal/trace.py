@@ -15,6 +15,7 @@ from rich.tree import Tree
 
 from fleet_rlm.clients.cli.render import preview, restart_line, usage_line
 from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.protocol.visible import show_hidden
 from fleet_rlm.workspace.manifest import human_size
 
 OUTPUT_LINES = 20
@@ -66,7 +67,9 @@ def trace_tree(events: Iterable[Event], title: str) -> Tree:
         elif kind is EventType.ARTIFACT_CREATED:
             node_for(event).add(Text(f"✚ {data.get('path')} ({human_size(int(data.get('size', 0)))})", style="green"))
         elif kind is EventType.MEMORY_PROPOSED:
-            node_for(event).add(Text(f"✎ remembered (pending review): {preview(str(data.get('text', '')))}", "cyan"))
+            node_for(event).add(
+                Text(f"✎ remembered (pending review): {preview(show_hidden(str(data.get('text', ''))))}", "cyan")
+            )
         elif kind is EventType.ROUTE_SELECTED:
             node_for(event).add(Text(f"route: {data.get('route')} — {data.get('reason', '')}", style="dim"))
         elif kind is EventType.SANDBOX_RESTARTED:

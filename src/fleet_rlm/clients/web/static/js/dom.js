@@ -29,3 +29,33 @@ export const formatSeconds = (seconds) =>
 
 let ids = 0;
 export const uniqueId = (prefix) => `${prefix}-${(ids += 1)}`;
+
+// Memory text as its reviewer must see it (the rule is protocol/visible.py's): a character that
+// would hide or reorder text, stored before memory refused them, is shown as an escape (\u202e).
+// Line breaks, tabs, a zero-width joiner between emoji and one presentation selector after a
+// visible character stay as they are.
+const DIRECTION_CHANGING = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/u;
+const VARIATION_SELECTOR = /[\ufe00-\ufe0f\u{e0100}-\u{e01ef}]/u;
+const INVISIBLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}\u034f\u115f\u1160\u3164\uffa0]/u;
+
+function isHidden(chars, index) {
+  const [char, before, after] = [chars[index], chars[index - 1] ?? "\0", chars[index + 1] ?? "\0"];
+  if (char === "\n" || char === "\t") return false;
+  if (DIRECTION_CHANGING.test(char)) return true;
+  if (char === "\u200d") return !(/\p{So}/u.test(after) && /[\p{So}\p{Sk}\ufe0e\ufe0f]/u.test(before));
+  if (VARIATION_SELECTOR.test(char)) {
+    return !(/[\ufe0e\ufe0f]/u.test(char) && /[\p{L}\p{N}\p{P}\p{S}]/u.test(before) && !VARIATION_SELECTOR.test(before));
+  }
+  return INVISIBLE.test(char);
+}
+
+export function showHidden(text) {
+  const chars = Array.from(String(text ?? ""));
+  return chars
+    .map((char, index) => {
+      if (!isHidden(chars, index)) return char;
+      const code = char.codePointAt(0).toString(16);
+      return code.length <= 4 ? `\\u${code.padStart(4, "0")}` : `\\U${code.padStart(8, "0")}`;
+    })
+    .join("");
+}

@@ -1,7 +1,7 @@
 // The Files view: the session's uploads, artifacts and memory files (preview, download with sha256,
 // upload, delete) and the memory proposals its turns made (approve, edit, reject, delete).
 import { call, filePath } from "./api.js";
-import { formatBytes, h } from "./dom.js";
+import { formatBytes, h, showHidden } from "./dom.js";
 import { artifactItem } from "./transcript.js";
 
 export async function filesView(app, session, workbench) {
@@ -68,7 +68,7 @@ async function memoryItems(session, notice, refresh) {
   if (!entries.length) return [h("li", {}, "No memory proposals.")];
   return entries.map((entry, index) => {
     const id = `memory-text-${index}`;
-    const text = h("textarea", { id, rows: "2" }, entry.text);
+    const text = h("textarea", { id, rows: "2" }, showHidden(entry.text));
     text.disabled = entry.status !== "pending";
     const act = (label, method, path, body) => {
       const button = h("button", { type: "button", class: "small", "aria-label": `${label} memory entry ${index + 1}` }, label);
@@ -93,7 +93,7 @@ async function memoryItems(session, notice, refresh) {
       { class: `memory-entry ${entry.status}` },
       h("label", { for: id }, `Entry ${index + 1} (${entry.status})`),
       text,
-      h("p", { class: "why" }, `Why: ${entry.why}`),
+      h("p", { class: "why" }, `Why: ${showHidden(entry.why)}`),
       h("div", { class: "actions" }, ...actions, act("Delete", "DELETE", base)),
     );
   });

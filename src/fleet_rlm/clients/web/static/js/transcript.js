@@ -2,7 +2,7 @@
 // per animation frame, so a fast stream costs one layout per frame; each applied event moves the
 // article's data-last-seq (what the benchmark and tests watch).
 import { download, filePath } from "./api.js";
-import { formatBytes, formatSeconds, h, uniqueId } from "./dom.js";
+import { formatBytes, formatSeconds, h, showHidden, uniqueId } from "./dom.js";
 import { highlight } from "./highlight.js";
 import { labelButton } from "./label.js";
 import { renderMarkdown } from "./markdown.js";
@@ -277,7 +277,7 @@ export class TurnView {
         this.addArtifact({ path: data.path, size: data.size });
         return null;
       case "memory.proposed":
-        this.line(this.body, "memory", `Proposed to remember: ${data.text} (review it in Files)`);
+        this.line(this.body, "memory", `Proposed to remember: ${showHidden(data.text)} (review it in Files)`);
         return null;
       case "budget.exhausted":
         this.line(this.body, "warning", `Budget exhausted: ${data.budget} (limit ${data.limit})`, "note");
