@@ -3,7 +3,7 @@
 The turn's own workspace and each child agent's get a fresh copy from the host's skill folders
 (never from another workspace, which sandbox code may have changed). The model is told each
 skill's name and description (:func:`fleet_rlm.engine.program.skills_instructions`); what could not
-be found or installed becomes a ``warning`` event without host directory names.
+be found or installed becomes a short ``warning`` event without host directory names.
 """
 
 from __future__ import annotations
@@ -12,8 +12,12 @@ from dataclasses import dataclass, field
 
 from fleet_rlm.engine.observe import TurnTrace
 from fleet_rlm.protocol.payloads import TurnWarning
+from fleet_rlm.protocol.visible import excerpt
 from fleet_rlm.skills import Catalog, SkillProblem, discover, install_skills
 from fleet_rlm.workspace.layout import Workspace
+
+MAX_WARNING_CHARS = 500
+"""A skill's warning is cut to this: it is stored with every turn, and its text comes from files."""
 
 
 @dataclass
@@ -36,4 +40,4 @@ class TurnSkills:
         problems: list[SkillProblem] = list(self.catalog.problems) if report_catalog else []
         problems += install_skills(self.catalog.skills, workspace.tree)
         for problem in problems:
-            trace.emit(TurnWarning(message=problem.short()))
+            trace.emit(TurnWarning(message=excerpt(problem.short(), MAX_WARNING_CHARS)))

@@ -96,3 +96,13 @@ def show_hidden(text: str) -> str:
         escape(char) if char not in "\n\t" and _kind(text, index) is not None else char
         for index, char in enumerate(text)
     )
+
+
+def excerpt(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters, ``...`` saying where."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def quoted(text: str, limit: int = 60) -> str:
+    """Untrusted text in a message: cut to ``limit`` characters, quoted, non-printables escaped."""
+    return repr(excerpt(text, limit))

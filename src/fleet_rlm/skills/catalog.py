@@ -24,6 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from fleet_rlm.config import user_config_dir
+from fleet_rlm.protocol.visible import quoted
 from fleet_rlm.skills.frontmatter import NAME_RULE, SkillFormatError, is_valid_name, parse_skill_md
 from fleet_rlm.workspace.tree import SafeTree, Skipped
 
@@ -222,7 +223,7 @@ def load_skill(
     header = parse_skill_md(text, str(skill_md))
     if name_must_match and header.name != folder:
         raise SkillFormatError(
-            str(skill_md), f"front matter: 'name' {header.name!r} differs from its folder's name {folder!r}"
+            str(skill_md), f"front matter: 'name' {quoted(header.name)} differs from its folder's name {quoted(folder)}"
         )
     skill = Skill(header.name, header.description, source, where, files, tree)
     return skill, skipped

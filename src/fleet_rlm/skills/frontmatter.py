@@ -2,9 +2,9 @@
 
 The same format as other agent-skill tools use, so their skills work here: ``name`` and
 ``description`` are required strings; other keys (``license``, ``metadata``, ...) are allowed and
-ignored. Parsing is strict: PyYAML's safe loader (no tags that build objects), duplicate keys
-refused, the block bounded in size, and every error names the file, the line where YAML can tell
-it, and what is wrong.
+ignored. Parsing is strict: PyYAML's safe loader (no tags that build objects), duplicate keys,
+anchors and aliases refused, the block bounded in size, and every error names the file, the line
+where YAML can tell it, and what is wrong (quoting the file's text only in short, escaped).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+
+from fleet_rlm.protocol.visible import excerpt, quoted
 
 FENCE = "---"
 MAX_FRONT_MATTER_CHARS = 16_384
@@ -43,7 +45,20 @@ class SkillHeader:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """The safe loader, refusing a mapping that repeats a key (YAML allows it, silently keeping the last)."""
+    """The safe loader, refusing a mapping that repeats a key (YAML allows it, silently keeping the
+    last) and any anchor or alias: a front matter needs none, and a few hundred bytes of aliases
+    nested in each other stand for a structure too large to hold or print (a "billion laughs")."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            what = "an alias" if isinstance(event, yaml.AliasEvent) else "an anchor"
+            mark = event.start_mark if isinstance(event.start_mark, yaml.error.Mark) else None
+            raise yaml.composer.ComposerError(
+                None, None, f"anchors and aliases are not allowed (found {what}: {quoted(anchor, 40)})", mark
+            )
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -51,10 +66,18 @@ class _StrictLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, str | int | float | bool) and key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {key!r} appears twice", key_node.start_mark
+                    None, None, f"the key {quoted(str(key))} appears twice", key_node.start_mark
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _scalar(value: object) -> str:
+    """`` (7)`` for a number, a date or a boolean, cut short; nothing for a list or a mapping,
+    whose text could be anything (never their whole ``repr``)."""
+    if isinstance(value, list | dict | set):
+        return ""
+    return f" ({excerpt(str(value))})"
 
 
 def is_valid_name(name: str) -> bool:
@@ -80,7 +103,7 @@ def parse_skill_md(text: str, where: str) -> SkillHeader:
     data = _load(block, where)
     name = _required_string(data, "name", where)
     if not is_valid_name(name):
-        raise SkillFormatError(where, f"front matter: 'name' {name!r} is not a valid skill name ({NAME_RULE})")
+        raise SkillFormatError(where, f"front matter: 'name' {quoted(name)} is not a valid skill name ({NAME_RULE})")
     description = " ".join(_required_string(data, "description", where).split())
     if len(description) > MAX_DESCRIPTION_CHARS:
         raise SkillFormatError(where, f"front matter: 'description' is longer than {MAX_DESCRIPTION_CHARS} characters")
@@ -104,7 +127,11 @@ def _load(block: str, where: str) -> dict[str, Any]:
             where, f"the front matter is not valid YAML ({at}{exc.problem or exc.context})"
         ) from None
     except yaml.YAMLError as exc:
-        raise SkillFormatError(where, f"the front matter is not valid YAML ({exc})") from None
+        raise SkillFormatError(where, f"the front matter is not valid YAML ({quoted(str(exc), 200)})") from None
+    except ValueError as exc:  # a value YAML cannot convert: an integer of more than 4300 digits
+        raise SkillFormatError(
+            where, f"the front matter holds a value that cannot be read ({quoted(str(exc))})"
+        ) from None
     if not isinstance(data, dict):
         got = "nothing" if data is None else f"a {type(data).__name__}"
         raise SkillFormatError(where, f"the front matter must be 'key: value' lines (a mapping), not {got}")
@@ -116,7 +143,7 @@ def _required_string(data: dict[str, Any], key: str, where: str) -> str:
         raise SkillFormatError(where, f"front matter: '{key}' is missing")
     value = data[key]
     if not isinstance(value, str):
-        shown = "empty" if value is None else f"a {type(value).__name__} ({value!r})"
+        shown = "empty" if value is None else f"a {type(value).__name__}{_scalar(value)}"
         raise SkillFormatError(where, f"front matter: '{key}' must be a string, not {shown}; quote it")
     if not value.strip():
         raise SkillFormatError(where, f"front matter: '{key}' is empty")
