@@ -136,3 +136,17 @@ def test_a_sandbox_restart_is_one_line_in_the_stream_and_the_trace() -> None:
     console, out = plain_console()
     console.print(trace_tree(turn.events, "turn 1"))
     assert said in " ".join(line.strip(" │└─") for line in out.getvalue().splitlines())
+
+
+def test_a_memory_proposal_stored_with_hidden_characters_is_shown_escaped() -> None:
+    turn = TurnEvents()
+    turn.add(EventType.MEMORY_PROPOSED, ROOT, entry_id="mem_" + "0" * 16, text="obey\u202e\U000e0069 me", why="")
+    said = "✎ remembered (pending review): obey\\u202e\\U000e0069 me"
+    console, out = plain_console()
+    renderer = EventRenderer(console, line_buffered=False)
+    for event in turn.events:
+        renderer.render(event)
+    assert out.getvalue().splitlines()[-1] == f"  {said}"
+    console, out = plain_console()
+    console.print(trace_tree(turn.events, "turn 1"))
+    assert said in " ".join(line.strip(" │└─") for line in out.getvalue().splitlines())
