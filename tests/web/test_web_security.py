@@ -53,11 +53,11 @@ def test_a_hostile_answer_and_script_bearing_artifacts_do_nothing(
     expect(answer.get_by_role("link")).to_have_count(1)
     expect(answer.get_by_role("link", name="fine")).to_have_attribute("href", "https://example.com/report")
     expect(answer).to_contain_text("click me")
-    # The SVG shows only as an image (scripts never run in <img>); HTML shows as its source text.
+    # Formats that can carry script are not previewed (test_artifact_previews.py has the attack).
     turn = page.get_by_role("article").last
-    expect(turn.get_by_role("img", name="Preview of artifacts/evil.svg")).to_be_visible()
+    expect(turn.get_by_role("img")).to_have_count(0)
     turn.get_by_role("button", name="Preview artifacts/page.html").click()
-    expect(turn.get_by_label("Preview of artifacts/page.html")).to_contain_text("<script>")
+    expect(turn.get_by_text("Not previewed: HTML can carry scripts; download it to open it.")).to_be_visible()
     with page.expect_download() as download:
         turn.get_by_role("link", name="artifacts/evil.svg").click()
     assert b"<script>" in Path(download.value.path()).read_bytes()
@@ -68,6 +68,7 @@ def test_a_hostile_answer_and_script_bearing_artifacts_do_nothing(
     session = page.url.split("#/s/")[1]
     response = httpx.get(f"{fleet.base_url}/api/v1/sessions/{session}/files/artifacts/evil.svg")
     assert response.headers["content-disposition"].startswith("attachment")
+    assert response.headers["content-security-policy"] == "sandbox"
 
 
 def test_the_page_and_its_assets_carry_a_strict_csp(fleet: ServerProcess) -> None:

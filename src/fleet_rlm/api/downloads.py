@@ -103,8 +103,22 @@ def _unsatisfiable(size: int) -> ApiError:
     )
 
 
+NO_SCRIPT_HEADERS = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
+"""On every stored file served: a file of the session (an artifact a turn wrote, an upload) is
+untrusted. Opened directly on the app's origin (a link opened in a tab, a typed URL) it is a
+download (``attachment``) and the type it was served as (``nosniff``); were a browser to render it
+anyway, ``sandbox`` gives it an opaque origin where no script runs."""
+
+NO_SCRIPT_HEADERS_DOC = {
+    "Content-Security-Policy": {"schema": {"type": "string"}, "description": "`sandbox`: no script runs, ever"},
+    "X-Content-Type-Options": {"schema": {"type": "string"}, "description": "`nosniff`"},
+    "Content-Disposition": {"schema": {"type": "string"}, "description": "`attachment` with the file's name"},
+}
+
+
 class StoredFileResponse(FileResponse):
-    """A FileResponse that serves exactly the range the route accepted (None: the whole file)."""
+    """A FileResponse that serves exactly the range the route accepted (None: the whole file), as an
+    ``attachment`` with :data:`NO_SCRIPT_HEADERS`."""
 
     def __init__(
         self,
@@ -116,7 +130,14 @@ class StoredFileResponse(FileResponse):
         headers: Mapping[str, str] | None = None,
         background: BackgroundTask | None = None,
     ) -> None:
-        super().__init__(path, media_type=media_type, filename=filename, headers=headers, background=background)
+        super().__init__(
+            path,
+            media_type=media_type,
+            filename=filename,
+            headers={**(headers or {}), **NO_SCRIPT_HEADERS},
+            background=background,
+            content_disposition_type="attachment",
+        )
         self.byte_range = byte_range
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

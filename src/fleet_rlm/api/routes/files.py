@@ -10,6 +10,7 @@ from fleet_rlm.api.downloads import (
     CONTENT_RANGE_DOC,
     IF_NONE_MATCH_HEADER_DOC,
     IF_RANGE_HEADER_DOC,
+    NO_SCRIPT_HEADERS_DOC,
     RANGE_HEADER_DOC,
     UNSATISFIED_RANGE_DOC,
     StoredFileResponse,
@@ -104,11 +105,15 @@ async def list_files(session: str, service: Service) -> FileList:
         **BAD_PATH,
         **NOT_FOUND,
         **FILE_DAMAGED,
-        200: {"content": FILE_BYTES, "description": "The file's bytes, with its media type", "headers": ETAG},
+        200: {
+            "content": FILE_BYTES,
+            "description": "The file's bytes, with its media type",
+            "headers": {**ETAG, **NO_SCRIPT_HEADERS_DOC},
+        },
         206: {
             "content": FILE_BYTES,
             "description": "The one byte range asked for in Range",
-            "headers": {**ETAG, **CONTENT_RANGE_DOC},
+            "headers": {**ETAG, **CONTENT_RANGE_DOC, **NO_SCRIPT_HEADERS_DOC},
         },
         304: {"description": "If-None-Match names the file's ETag: the client's copy is current", "headers": ETAG},
         416: {

@@ -1,6 +1,8 @@
 // The API client: fetch with the bearer token (kept for the tab in sessionStorage); a new turn's
 // events read from the response to its submission, other turn streams over EventSource with stream
 // tickets, each resuming after the last event seen.
+import { saveBlob } from "./dom.js";
+
 const BASE = "/api/v1";
 const TOKEN_KEY = "fleet.token";
 const TERMINAL = new Set(["turn.completed", "turn.incomplete", "turn.failed", "turn.cancelled", "turn.interrupted"]);
@@ -69,16 +71,9 @@ export async function fileBlob(sessionId, path) {
   return (await call("GET", filePath(sessionId, path), { raw: true })).blob();
 }
 
-// Saves a file through a blob URL and <a download>: the browser never renders it on this origin.
+// Saves a file as opaque bytes (saveBlob): the browser never renders it on this origin.
 export async function download(sessionId, path) {
-  const url = URL.createObjectURL(await fileBlob(sessionId, path));
-  const link = document.createElement("a");
-  link.href = url;
-  link.download = path.split("/").pop();
-  document.body.append(link);
-  link.click();
-  link.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+  saveBlob(await fileBlob(sessionId, path), path.split("/").pop());
 }
 
 function newKey() {

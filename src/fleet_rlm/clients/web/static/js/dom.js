@@ -59,3 +59,15 @@ export function showHidden(text) {
     })
     .join("");
 }
+
+// Saves bytes through a blob URL and <a download>. The blob is always application/octet-stream: a
+// blob URL has the app's origin and no response header applies to it, so one of an active type
+// (SVG, HTML) opened in a tab would run its script here; opaque bytes only ever download again.
+export function saveBlob(blob, name) {
+  const url = URL.createObjectURL(blob.slice(0, blob.size, "application/octet-stream"));
+  const link = h("a", { href: url, download: name });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}

@@ -1,11 +1,37 @@
-// Previews of workspace files: text, JSON, CSV (a table), images. HTML and SVG are never put in the
-// page as markup: an SVG shows only as an <img> (where scripts never run), HTML as its source text.
+// Previews of workspace files: text, JSON, CSV (a table), raster images. A format that can carry
+// script (SVG, HTML, XML) is never previewed: an <img> of it is safe, but its blob URL has the app's
+// origin, and opened in a tab ("Open image in new tab") it would run its script here. An image shows
+// only when its bytes are PNG, JPEG, GIF or WebP, whatever its name or declared type say.
 import { fileBlob } from "./api.js";
 import { h } from "./dom.js";
 
 const MAX_TEXT = 200_000;
 const MAX_ROWS = 200;
-const IMAGE_TYPES = /^image\/(png|jpeg|gif|webp|svg\+xml)$/;
+const RASTER_TYPES = /^image\/(png|jpeg|gif|webp)$/;
+const RASTER_NAMES = /\.(png|jpe?g|gif|webp)$/i;
+const ACTIVE_FORMATS = [
+  ["SVG", /\.svgz?$/i, /^image\/svg\+xml\b/],
+  ["HTML", /\.(html?|xht(ml)?|mht(ml)?|shtml)$/i, /^(text\/html|application\/xhtml\+xml|multipart\/related|message\/rfc822)\b/],
+  ["XML", /\.(xml|xsl|xslt|rss|atom|rdf)$/i, /^[a-z]+\/([a-z0-9.+-]+\+)?xml\b/],
+];
+
+// The name of the active format the file is in by its path or media type (SVG, HTML, XML), or null.
+function activeFormat(path, mediaType) {
+  const type = (mediaType || "").toLowerCase();
+  const found = ACTIVE_FORMATS.find(([, name, media]) => name.test(path) || media.test(type));
+  return found ? found[0] : null;
+}
+
+// The media type of a raster image by its first bytes, or null when they are not PNG, JPEG, GIF or WebP.
+async function rasterType(blob) {
+  const bytes = new Uint8Array(await blob.slice(0, 12).arrayBuffer());
+  const ascii = (from, to) => String.fromCharCode(...bytes.subarray(from, to));
+  if (ascii(0, 8) === "\x89PNG\r\n\x1a\n") return "image/png";
+  if (bytes[0] === 0xff && bytes[1] === 0xd8 && bytes[2] === 0xff) return "image/jpeg";
+  if (ascii(0, 6) === "GIF87a" || ascii(0, 6) === "GIF89a") return "image/gif";
+  if (ascii(0, 4) === "RIFF" && ascii(8, 12) === "WEBP") return "image/webp";
+  return null;
+}
 
 export function parseCsv(text) {
   const rows = [];
@@ -43,16 +69,22 @@ function csvTable(text, path) {
   );
 }
 
-export const isImage = (path, mediaType) =>
-  IMAGE_TYPES.test(mediaType || "") || /\.(png|jpe?g|gif|webp|svg)$/i.test(path);
+// Named or typed as a raster image: previewed at once (if its bytes agree).
+export const isImage = (path, mediaType) => RASTER_TYPES.test(mediaType || "") || RASTER_NAMES.test(path);
+
+const note = (text) => h("p", { class: "preview-note" }, text);
 
 export async function preview(sessionId, file) {
   const blob = await fileBlob(sessionId, file.path);
-  const type = file.media_type || blob.type;
-  if (isImage(file.path, type)) {
-    const url = URL.createObjectURL(blob.type ? blob : new Blob([blob], { type }));
+  const active = activeFormat(file.path, file.media_type || blob.type);
+  if (active) return note(`Not previewed: ${active} can carry scripts; download it to open it.`);
+  const raster = await rasterType(blob);
+  if (raster) {
+    const url = URL.createObjectURL(blob.slice(0, blob.size, raster));
     return h("img", { src: url, alt: `Preview of ${file.path}`, class: "preview-image" });
   }
+  if (isImage(file.path, file.media_type))
+    return note(`Not previewed: ${file.path} is not a PNG, JPEG, GIF or WebP image (by its bytes); download it.`);
   let text = await blob.slice(0, MAX_TEXT).text();
   const kind = file.kind || "";
   if (kind === "csv" || /\.csv$/i.test(file.path)) return csvTable(text, file.path);

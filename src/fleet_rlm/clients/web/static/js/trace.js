@@ -1,7 +1,7 @@
 // The trace view: a turn's spans (iterations, model calls, code executions, tool calls, child agents)
 // as a waterfall with durations, from its events; the raw events download as JSONL. A traced turn
 // (OpenTelemetry or MLflow) shows its trace id, to find it in the tracing backend.
-import { formatSeconds, h } from "./dom.js";
+import { formatSeconds, h, saveBlob } from "./dom.js";
 import { usageLine } from "./transcript.js";
 
 export function spansOf(events) {
@@ -57,13 +57,7 @@ export function renderTrace(turn, events) {
   const terminal = events.find((event) => event.type.startsWith("turn.") && event.type !== "turn.started");
   const download = h("button", { type: "button" }, "Download events (JSONL)");
   download.addEventListener("click", () => {
-    const blob = new Blob([events.map((event) => JSON.stringify(event)).join("\n") + "\n"], { type: "application/x-ndjson" });
-    const url = URL.createObjectURL(blob);
-    const link = h("a", { href: url, download: `${turn.id}.events.jsonl` });
-    document.body.append(link);
-    link.click();
-    link.remove();
-    setTimeout(() => URL.revokeObjectURL(url), 60_000);
+    saveBlob(new Blob([events.map((event) => JSON.stringify(event)).join("\n") + "\n"]), `${turn.id}.events.jsonl`);
   });
   const rows = spans.map((span) => {
     const bar = h("span", { class: `bar bar-${span.kind}` });
