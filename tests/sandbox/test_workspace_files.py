@@ -26,7 +26,7 @@ def test_a_pushed_file_is_read_by_sandbox_code_and_what_it_writes_is_pulled_back
     )
     pulled = tmp_path / "count.txt"
 
-    assert files.pull("artifacts/out/count.txt", pulled) == 1
+    assert files.pull("artifacts/out/count.txt", pulled, limit=1024) == 1
     assert pulled.read_text() == "3"
 
 
@@ -37,7 +37,7 @@ def test_sandbox_code_may_change_a_pushed_file_and_a_second_push_replaces_it(
     files.push(io.BytesIO(b"first"), "memory/notes.txt")
 
     sandbox.execute("open('memory/notes.txt', 'a').write(' and more')")  # as root: a uid of its own
-    files.pull("memory/notes.txt", tmp_path / "notes.txt")
+    files.pull("memory/notes.txt", tmp_path / "notes.txt", limit=1024)
     assert (tmp_path / "notes.txt").read_bytes() == b"first and more"
 
     files.push(io.BytesIO(b"second"), "memory/notes.txt")
@@ -54,7 +54,7 @@ def test_a_failed_pull_leaves_the_host_destination_as_it_was(
     kept.write_text("mine")
 
     with pytest.raises(FileNotFoundError):
-        files.pull("artifacts/missing.txt", kept)
+        files.pull("artifacts/missing.txt", kept, limit=1024)
 
     assert kept.read_text() == "mine"
     assert [p.name for p in destination.iterdir()] == ["kept.txt"]

@@ -54,7 +54,7 @@ def test_a_link_planted_by_sandbox_code_is_not_followed_on_pull(
     sandbox.execute(f"import os\nos.symlink({str(canary.secret)!r}, 'artifacts/report.txt')")
 
     with pytest.raises(UnsafeEntry, match="symbolic link"):
-        files.pull("artifacts/report.txt", destination)
+        files.pull("artifacts/report.txt", destination, limit=1024)
 
     assert destination.read_text() == "the host's own"
     assert [p.name for p in destination.parent.iterdir()] == ["pulled.txt"]
@@ -72,7 +72,7 @@ def test_a_directory_swapped_for_a_link_by_sandbox_code_is_not_followed_either_w
     source.write_text("PWNED = True")
 
     with pytest.raises(UnsafeEntry):
-        files.pull("artifacts/secret.txt", destination)
+        files.pull("artifacts/secret.txt", destination, limit=1024)
     with pytest.raises(UnsafeEntry):
         files.push(source, "artifacts/sitecustomize.py")
 
@@ -88,7 +88,7 @@ def test_a_fifo_planted_by_sandbox_code_is_neither_waited_on_nor_read_on_pull(
 
     def pull() -> None:
         try:
-            files.pull("artifacts/pipe", destination)
+            files.pull("artifacts/pipe", destination, limit=1024)
         except BaseException as exc:
             raised.append(exc)
 

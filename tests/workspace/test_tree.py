@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_rlm.workspace.tree import MAX_DEPTH, SafeTree, UnsafeEntry
+from fleet_rlm.workspace.tree import MAX_DEPTH, SPARSE_SLACK, OverBound, SafeTree, UnsafeEntry
 from fleet_rlm.workspace.walk import FileChanged, stat_file
 
 
@@ -147,3 +147,38 @@ def test_read_bytes_is_bounded(tree: SafeTree) -> None:
     assert tree.read_bytes("artifacts/big", 100) == b"x" * 100
     with pytest.raises(ValueError, match="larger than 99 bytes"):
         tree.read_bytes("artifacts/big", 99)
+
+
+def test_open_bounded_stops_at_its_bound_when_the_file_grows_after_it_was_opened(tree: SafeTree) -> None:
+    path = tree.root / "artifacts" / "grows.bin"
+    path.write_bytes(b"a" * 100)
+    with tree.open_bounded("artifacts/grows.bin", 1000) as handle:
+        assert handle.read(60) == b"a" * 60
+        with path.open("ab") as more:  # as sandbox code would, between the host's reads
+            more.write(b"b" * 10_000)
+        with pytest.raises(OverBound, match="larger than its bound of 1000 bytes"):
+            while handle.read(1 << 20):
+                pass
+
+
+def test_open_bounded_reads_a_file_of_exactly_its_bound(tree: SafeTree) -> None:
+    (tree.root / "artifacts" / "exact.bin").write_bytes(b"x" * 1000)
+    with tree.open_bounded("artifacts/exact.bin", 1000) as handle:
+        assert handle.read() == b"x" * 1000
+        assert handle.read() == b""
+
+
+def test_open_bounded_refuses_a_sparse_file_but_not_one_with_a_small_hole(tree: SafeTree) -> None:
+    with (tree.root / "artifacts" / "sparse.bin").open("wb") as out:
+        out.write(b"head")
+        out.truncate(SPARSE_SLACK * 64)
+    with (tree.root / "artifacts" / "small-hole.bin").open("wb") as out:
+        out.write(b"head")
+        out.seek(64 * 1024)
+        out.write(b"tail")
+    with pytest.raises(OverBound, match="it is sparse") as refused, tree.open_bounded("artifacts/sparse.bin", 1 << 30):
+        pass
+    assert refused.value.sparse
+    with tree.open_bounded("artifacts/small-hole.bin", 1 << 20) as handle:
+        data = handle.read()
+    assert data.startswith(b"head") and data.endswith(b"tail") and len(data) == 64 * 1024 + 4

@@ -149,6 +149,18 @@ class SandboxSettings(BaseModel):
         default=10_240, gt=0, description="MiB a sandbox's workspace volume holds, inputs included (a sparse image)."
     )
     max_files: int = Field(default=100_000, ge=1000, description="Files and directories a workspace volume holds.")
+    copy_out_turn_mb: int = Field(
+        default=2048,
+        gt=0,
+        description="MiB the host copies out of one turn's workspace, all files together (a server's new "
+        "artifacts, the files `fleet run` brings back); a file past it is skipped with a warning.",
+    )
+    copy_out_session_mb: int = Field(
+        default=10_240,
+        gt=0,
+        description="MiB of artifacts a session keeps, all its turns together; a new artifact past it is "
+        "skipped with a warning.",
+    )
     cpu_weight: int = Field(
         default=10,
         ge=1,

@@ -109,6 +109,9 @@ class TurnRequest:
     """``kernel.*`` events of the kernel this turn runs on, emitted right after ``turn.started``."""
     announced: Announced | None = None
     """The turn's ``turn.started`` as the service already emitted it; None: the engine emits it."""
+    after_sandboxes: Callable[[], list[str]] | None = None
+    """Run once the turn's sandboxes are shut down, before its end is emitted (``fleet run``, which keeps
+    no kernel, copies its results back there); each text it returns is emitted as a warning."""
 
 
 def turn_limits(
@@ -432,6 +435,9 @@ class Turn:
         if not self._program_done:  # else every sandbox was shut down, a session's kernel kept
             self._kill_sandboxes()
         remove_volume_directory(self._scratch_root)
+        if self.request.after_sandboxes is not None:
+            for message in self.request.after_sandboxes():
+                self.emitter.emit(TurnWarning(message=message))
         if outcome.status is TurnStatus.COMPLETED:
             self._announce_artifacts()
         outcome.artifacts = self._artifact_records()

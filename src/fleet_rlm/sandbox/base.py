@@ -135,10 +135,11 @@ class WorkspaceFiles(Protocol):
         was there, whole or not at all; returns the bytes written."""
         ...
 
-    def pull(self, sandbox_rel: str, destination: Path) -> int:
+    def pull(self, sandbox_rel: str, destination: Path, *, limit: int) -> int:
         """Copy the regular file at ``sandbox_rel`` to the host file ``destination`` (replaced whole);
         returns its size. A link or special file there raises ``UnsafeEntry``, a missing one
-        ``FileNotFoundError`` (both ``OSError``)."""
+        ``FileNotFoundError``; a sparse one, or one of more than ``limit`` bytes (counted as they are
+        read, never from a stat), ``OverBound`` with nothing written (all ``OSError``)."""
         ...
 
 

@@ -3,7 +3,9 @@
 The workspace is sandbox-writable, so both directions go through
 :class:`~fleet_rlm.workspace.tree.SafeTree`: a push is written beside its target and renamed into
 place (a link or FIFO planted there is replaced, never written through; a link on the way fails),
-and a pull opens only a regular file reached without links (a FIFO cannot block it). What the host
+and a pull opens only a regular file reached without links (a FIFO cannot block it), refuses a
+sparse one and stops at its bound through the open descriptor (``OverBound``), however the file
+grows meanwhile. What the host
 writes gets the shared modes every sandbox uid of the workspace may change (docs/security.md).
 """
 
@@ -37,8 +39,8 @@ class HostDirectoryFiles:
                 return tree.write(sandbox_rel, handle, mode=self.file_mode, dir_mode=self.dir_mode)
         return tree.write(sandbox_rel, source, mode=self.file_mode, dir_mode=self.dir_mode)
 
-    def pull(self, sandbox_rel: str, destination: Path) -> int:
-        with SafeTree(self.root).open(sandbox_rel) as handle:
+    def pull(self, sandbox_rel: str, destination: Path, *, limit: int) -> int:
+        with SafeTree(self.root).open_bounded(sandbox_rel, limit) as handle:
             return _write_whole(destination, handle)
 
 

@@ -36,10 +36,11 @@ from fleet_rlm.config import Settings
 from fleet_rlm.engine.program import ProgramSpec
 from fleet_rlm.engine.turn import Announced, HistoryEntry, TurnOutcome, TurnRequest, turn_limits, turn_started
 from fleet_rlm.protocol.events import Event, EventType, new_id
+from fleet_rlm.protocol.payloads import TurnWarning
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.channel import TurnChannel
 from fleet_rlm.service.engines import OwnThreads, RunningTurn, TurnEngine
-from fleet_rlm.service.files import UNREVIEWED_ORIGIN, SessionFiles, refresh_workspace
+from fleet_rlm.service.files import UNREVIEWED_ORIGIN, ArtifactBudget, SessionFiles, refresh_workspace
 from fleet_rlm.service.kernel_state import TurnRuns
 from fleet_rlm.service.kernels import Kernel, KernelOpening, KernelRegistry
 from fleet_rlm.service.leases import LAPSED_REASON
@@ -113,6 +114,8 @@ class TurnExecution:
         self.lease: Lease | None = None
         self._terminal: Event | None = None
         self._terminal_seen = asyncio.Event()
+        self._late: list[Event] = []
+        """Events of the turn found after the engine ended, stored and published before its end."""
         self._last_seq = 0
         self._root_span = new_id("span")
         self.task: asyncio.Task[None] | None = None
@@ -242,11 +245,35 @@ class TurnExecution:
                 log.error("turn %s: the engine returned without a terminal event", self.turn_id)
         if outcome.status is not TurnStatus.COMPLETED:
             return outcome, None
-        changes = await asyncio.to_thread(
-            self.files.collect_changes, plan.session.id, workspace, self.lease.files, placed
+        budget = ArtifactBudget.of(plan.settings.sandbox, records)
+        changes, refused = await asyncio.to_thread(
+            self.files.collect_changes, plan.session.id, workspace, self.lease.files, placed, budget
         )
+        if refused:
+            self._warn_before_end(list(refused.values()))
+            outcome.artifacts = [a for a in outcome.artifacts if a.get("path") not in refused]
         await self.files.share(plan.session.id, (record.sha256 for record in changes.upserts))
         return outcome, changes
+
+    def _warn_before_end(self, messages: list[str]) -> None:
+        """Warnings found once the engine ended (artifacts not copied out) take the place of its
+        terminal event, which is made again after them, stored and published with them."""
+        first = self._terminal.seq if self._terminal is not None else self._last_seq + 1
+        for offset, message in enumerate(messages):
+            payload = TurnWarning(message=message)
+            self._late.append(
+                Event(
+                    type=payload.event_type,
+                    seq=first + offset,
+                    turn_id=self.turn_id,
+                    ts=time.time(),
+                    span_id=self._root_span,
+                    parent_span_id=None,
+                    data=payload.to_data(),
+                )
+            )
+        self._last_seq = first + len(messages) - 1
+        self._terminal = None
 
     @property
     def _mode(self) -> str:
@@ -333,7 +360,7 @@ class TurnExecution:
             error=outcome.error,
             usage=outcome.usage,
             artifacts=outcome.artifacts,
-            events=[terminal],
+            events=[*self._late, terminal],
             files=changes,
         )
         try:
@@ -349,6 +376,8 @@ class TurnExecution:
             # Followers still learn the end; the stored turn is ended interrupted by whichever process
             # sees its lease lapse (or by the next start-up).
             log.exception("turn %s: could not commit its end", self.turn_id)
+        for event in self._late:
+            self.channel.publish(event)
         self.channel.publish(terminal)
 
     async def _publish_stored_end(self) -> bool:

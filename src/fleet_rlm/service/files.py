@@ -21,17 +21,20 @@ import mimetypes
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from fleet_rlm.config import SandboxSettings
 from fleet_rlm.sandbox.base import WorkspaceFiles
 from fleet_rlm.store import BlobStore, FileChanges, FileRecord, Invalid
 from fleet_rlm.store.shared_blobs import SharedBlobs
+from fleet_rlm.workspace.copyout import CopyBudget, mib_bound
 from fleet_rlm.workspace.hashing import hash_workspace_file
 from fleet_rlm.workspace.kinds import FileKind, detect_kind
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, MEMORY, Workspace
 from fleet_rlm.workspace.paths import PathEscapeError, resolve_inside
-from fleet_rlm.workspace.walk import iter_files
+from fleet_rlm.workspace.walk import WorkspaceFile, iter_files
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,22 @@ def media_type_of(path: str, declared: str | None = None) -> str:
     if _MEDIA_TYPE.fullmatch(essence) and essence != "application/octet-stream":
         return essence
     return "application/octet-stream"
+
+
+@dataclass(frozen=True)
+class ArtifactBudget:
+    """The bounds on what a turn's artifacts may add to the host: ``sandbox.copy_out_turn_mb`` for the
+    turn, ``sandbox.copy_out_session_mb`` for the session's artifacts all together."""
+
+    turn_mb: int
+    session_mb: int
+    stored: Mapping[str, int]
+    """Size of each artifact the session holds, by path (those the turn leaves as they are count)."""
+
+    @classmethod
+    def of(cls, settings: SandboxSettings, records: Iterable[FileRecord]) -> ArtifactBudget:
+        stored = {r.path: r.size for r in records if PurePosixPath(r.path).parts[0] in KEPT_FROM_TURNS}
+        return cls(settings.copy_out_turn_mb, settings.copy_out_session_mb, stored)
 
 
 @dataclass
@@ -185,38 +204,64 @@ class SessionFiles:
         return placed
 
     def collect_changes(
-        self, session_id: str, workspace: Workspace, files: WorkspaceFiles, before: Mapping[str, str]
-    ) -> FileChanges:
-        """What the turn changed under ``artifacts/``, with new bytes already stored.
+        self,
+        session_id: str,
+        workspace: Workspace,
+        files: WorkspaceFiles,
+        before: Mapping[str, str],
+        budget: ArtifactBudget,
+    ) -> tuple[FileChanges, dict[str, str]]:
+        """What the turn changed under ``artifacts/``, with new bytes already stored, and the warning for
+        each new artifact that was not (sparse, or over the turn's or the session's bound).
 
         Links and special files are never followed or opened (see :mod:`fleet_rlm.workspace.tree`)."""
         upserts: list[FileRecord] = []
         seen: set[str] = set()
+        changed: list[WorkspaceFile] = []
         tree = workspace.tree
-        for top, origin in KEPT_FROM_TURNS.items():
+        for top in KEPT_FROM_TURNS:
             for found in iter_files(tree, under=top):
                 try:
-                    if before.get(found.rel) == hash_workspace_file(found).sha256:
+                    if found.rel in before and before[found.rel] == hash_workspace_file(found).sha256:
                         seen.add(found.rel)
                         continue
-                    sha, size = self._pull_blob(session_id, files, found.rel)
                 except OSError:  # changed or replaced since it was listed: not collected
                     continue
-                seen.add(found.rel)
+                changed.append(found)
+        kept = sum(size for path, size in budget.stored.items() if path in seen)
+        copies = CopyBudget(
+            [
+                mib_bound("the turn's", "sandbox.copy_out_turn_mb", budget.turn_mb),
+                mib_bound("the session's", "sandbox.copy_out_session_mb", budget.session_mb, used=kept),
+            ]
+        )
+        for found in changed:
+            origin = KEPT_FROM_TURNS[PurePosixPath(found.rel).parts[0]]
+            try:
+                pulled = copies.copy(found.rel, partial(self._pull_blob, session_id, files, found.rel), _size)
+            except OSError:  # changed or replaced since it was listed: not collected
+                continue
+            seen.add(found.rel)  # a refused file leaves its stored version as it was
+            if pulled is not None:
+                sha, size = pulled
                 upserts.append(FileRecord(found.rel, size, sha, media_type_of(found.rel), origin))
         deletions = sorted(
             path for path in before if PurePosixPath(path).parts[0] in KEPT_FROM_TURNS and path not in seen
         )
-        return FileChanges(upserts=upserts, deletions=deletions)
+        return FileChanges(upserts=upserts, deletions=deletions), copies.refused
 
-    def _pull_blob(self, session_id: str, files: WorkspaceFiles, rel: str) -> tuple[str, int]:
+    def _pull_blob(self, session_id: str, files: WorkspaceFiles, rel: str, limit: int) -> tuple[str, int]:
         scratch = self.blobs.scratch_file(session_id)
         try:
-            files.pull(rel, scratch)
+            files.pull(rel, scratch, limit=limit)
         except BaseException:
             scratch.unlink(missing_ok=True)
             raise
         return self.blobs.adopt(session_id, scratch)
+
+
+def _size(stored: tuple[str, int]) -> int:
+    return stored[1]
 
 
 FileIdentity = tuple[str, int, int, int]

@@ -56,12 +56,14 @@ from fleet_rlm.service.kernel_text import live_text, restored_text
 from fleet_rlm.service.pool import LIFECYCLE_THREADS, Lease, SandboxPool, Started
 from fleet_rlm.store import Conflict
 from fleet_rlm.workspace.layout import Workspace
-from fleet_rlm.workspace.tree import UnsafeEntry
+from fleet_rlm.workspace.tree import OverBound
 
 log = logging.getLogger(__name__)
 
 EXCLUDED_NAMES = frozenset({"SUBMIT", "task", "workspace", "history", "dspy"})
 """Names every turn binds itself (its inputs, ``SUBMIT``); its tools are excluded by name too."""
+SNAPSHOT_FRAMING = 16 * 1024 * 1024
+"""Bytes a snapshot may hold past its budget: names, framing, the module list."""
 SUMMARY_SECONDS = 1.0
 """How long the live kernels' memory, once read, answers health checks (while the same kernels live)."""
 ELSEWHERE_WORDS = (
@@ -385,19 +387,21 @@ class KernelRegistry:
         self.state.write(kernel.session_id, state)
 
     def _take_snapshot(self, kernel: Kernel, lease: Lease, found: KernelReport, budget: int) -> dict[str, Any] | None:
+        """Copy the snapshot the kernel wrote, at most ``budget`` plus framing: counted as it is read, so
+        a file that grows while the host copies it (code left running in the kernel) is refused too."""
         target = self.state.snapshot_path(kernel.session_id)
-        entry = kernel.workspace.tree.entry(kernel_code.SNAPSHOT_REL)
+        limit = budget + SNAPSHOT_FRAMING
         try:
-            if entry is None:  # not written, or not a regular file: nothing is taken
-                return None
-            if entry.size > budget + 16 * 1024 * 1024:  # names, framing, module list
-                log.warning("session %s: a snapshot of %d bytes is over its budget", kernel.session_id, entry.size)
+            if kernel.workspace.tree.entry(kernel_code.SNAPSHOT_REL) is None:  # not written, or not a regular file
                 return None
             target.parent.mkdir(parents=True, exist_ok=True)
             temp = target.with_suffix(".tmp")
-            lease.files.pull(kernel_code.SNAPSHOT_REL, temp)
+            size = lease.files.pull(kernel_code.SNAPSHOT_REL, temp, limit=limit)
             os.replace(temp, target)
-        except (OSError, UnsafeEntry) as exc:
+        except OverBound as exc:
+            log.warning("session %s: the snapshot is over its budget of %d bytes: %s", kernel.session_id, limit, exc)
+            return None
+        except OSError as exc:
             log.warning("session %s: the snapshot could not be taken: %s", kernel.session_id, exc)
             return None
         finally:
@@ -405,7 +409,7 @@ class KernelRegistry:
         return {
             "saved": found.saved,
             "lost": [item.to_dict() for item in found.lost],
-            "bytes": entry.size,
+            "bytes": size,
             "at": time.time(),
         }
 

@@ -33,10 +33,10 @@ class RecordingFiles:
             self.log.pushed.append(sandbox_rel)
         return self.inner.push(source, sandbox_rel)
 
-    def pull(self, sandbox_rel: str, destination: Path) -> int:
+    def pull(self, sandbox_rel: str, destination: Path, *, limit: int) -> int:
         with self.log.lock:
             self.log.pulled.append(sandbox_rel)
-        return self.inner.pull(sandbox_rel, destination)
+        return self.inner.pull(sandbox_rel, destination, limit=limit)
 
 
 class SeamRecordingBackend(LocalSandboxBackend):

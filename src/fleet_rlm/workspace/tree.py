@@ -7,7 +7,9 @@ opens files with ``O_NONBLOCK`` (a FIFO cannot block it) and uses a file only on
 open descriptor says it is regular. Writes go to a fresh ``O_EXCL`` name beside the target and are
 renamed into place, so a link or FIFO planted at the target is replaced, never written through.
 Links and special files met while walking are skipped and remembered in :attr:`SafeTree.skipped`,
-so callers can tell the person.
+so callers can tell the person. What the host copies out of such a tree is bounded while it reads
+(:meth:`SafeTree.open_bounded`): a sparse file is refused, and a file that grows past its bound
+stops the copy, whatever a stat said before.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOE
 _NOT_A_DIRECTORY = (errno.ELOOP, errno.ENOTDIR)
 MAX_DEPTH = 64
 """Directories nested deeper than this are not walked (each level holds a descriptor open)."""
+SPARSE_SLACK = 1 << 20
+"""Bytes of holes a file copied out may have: more is refused, it costs the sandbox's volume nothing."""
 STAGING_PREFIX = ".incoming-"
 SHARED_FILE_MODE = 0o666
 SHARED_DIR_MODE = 0o777
@@ -50,6 +54,34 @@ class UnsafeEntry(OSError):
         self.rel = rel
         self.what = what
         super().__init__(errno.EPERM, f"{rel} is {what}; it was not followed or opened")
+
+
+class OverBound(OSError):
+    """A file the host would copy out holds more bytes than it may take, or is sparse."""
+
+    def __init__(self, rel: str, why: str, *, sparse: bool = False) -> None:
+        self.rel = rel
+        self.why = why
+        self.sparse = sparse
+        super().__init__(errno.EFBIG, f"{rel}: {why}")
+
+
+class BoundedReader:
+    """Reads of an open file that raise :class:`OverBound` once more than ``limit`` bytes came."""
+
+    def __init__(self, handle: io.BufferedReader, rel: str, limit: int) -> None:
+        self._handle = handle
+        self._rel = rel
+        self._limit = limit
+        self._left = limit
+
+    def read(self, size: int = -1, /) -> bytes:
+        want = self._left + 1 if size < 0 else min(size, self._left + 1)
+        data = self._handle.read(want)
+        self._left -= len(data)
+        if self._left < 0:
+            raise OverBound(self._rel, f"it is larger than its bound of {self._limit} bytes")
+        return data
 
 
 @dataclass(frozen=True)
@@ -138,6 +170,23 @@ class SafeTree:
         except BaseException:
             os.close(fd)
             raise
+
+    @contextlib.contextmanager
+    def open_bounded(self, rel: str, limit: int) -> Iterator[BoundedReader]:
+        """``rel`` for copying out: at most ``limit`` bytes are read through the open descriptor (one more
+        raises :class:`OverBound`), and a file with more than :data:`SPARSE_SLACK` bytes of holes is
+        refused at once (its apparent size would cost the host what it never cost the sandbox)."""
+        with self.open(rel) as handle:
+            holes = hole_bytes(handle.fileno(), SPARSE_SLACK)
+            if holes > SPARSE_SLACK:
+                info = os.fstat(handle.fileno())
+                allocated = info.st_blocks * 512
+                raise OverBound(
+                    rel,
+                    f"it is sparse ({info.st_size} bytes, {allocated} allocated: over {SPARSE_SLACK} bytes of holes)",
+                    sparse=True,
+                )
+            yield BoundedReader(handle, rel, limit)
 
     def read_bytes(self, rel: str, limit: int) -> bytes:
         """At most ``limit`` bytes of ``rel``; ValueError if it holds more."""
@@ -264,6 +313,36 @@ class SafeTree:
                 os.unlink(parts[-1], dir_fd=parent)
         except FileNotFoundError:
             pass
+
+
+def hole_bytes(fd: int, enough: int) -> int:
+    """Bytes of holes in the open file ``fd``, counted until more than ``enough`` (then a lower bound).
+
+    Holes are found with ``SEEK_HOLE``/``SEEK_DATA`` rather than guessed from ``st_blocks``: a file on
+    a compressing file system is allocated less than its size without a hole. A file system without
+    them reports one extent of data (no hole). Every hole is at least a block, so the walk is short."""
+    size = os.fstat(fd).st_size
+    holes = 0
+    at = 0
+    try:
+        while at < size and holes <= enough:
+            hole = os.lseek(fd, at, os.SEEK_HOLE)
+            if hole >= size:
+                break
+            try:
+                data = os.lseek(fd, hole, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # no data after the hole: it runs to the end
+                    raise
+                data = size
+            holes += max(0, min(data, size) - hole)
+            at = max(data, hole + 1)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENXIO):
+            raise
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)
+    return holes
 
 
 def _child_dir(parent: int, name: str, rel: str, create: bool, mode: int) -> int:

@@ -22,6 +22,7 @@ from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.sandbox.base import SandboxLimits, SandboxUnavailable
 from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.sandbox.volume import remove_volume_directory
+from fleet_rlm.workspace.copyout import CopyBudget, mib_bound
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.mirror import Mirror
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
@@ -77,10 +78,24 @@ def run_local(
         live = Workspace.create(volume.workspace, mode=SHARED_DIR_MODE)
         mirror = Mirror(home.tree, live.tree)
         mirror.copy_in()
-        request = TurnRequest(task=task, workspace=live.root, turn_id=turn_id, context_paths=context_paths, mode=mode)
+
+        def copy_back() -> list[str]:
+            budget = CopyBudget(
+                [mib_bound("the turn's", "sandbox.copy_out_turn_mb", settings.sandbox.copy_out_turn_mb)]
+            )
+            mirror.copy_back(budget)
+            return list(budget.refused.values())
+
+        request = TurnRequest(
+            task=task,
+            workspace=live.root,
+            turn_id=turn_id,
+            context_paths=context_paths,
+            mode=mode,
+            after_sandboxes=copy_back,
+        )
         turn = build_turn(settings, request, sink, backend=backend)
         outcome = asyncio.run(_run_with_ctrl_c(turn.run(), turn.cancel))
-        mirror.copy_back()
     finally:
         volume.release()
     if not as_json:

@@ -1,0 +1,81 @@
+"""A kernel snapshot is copied out at most at its budget, however the file grows while the host copies it.
+
+Code left running in a session's kernel watches ``.kernel/`` with inotify and, the moment the host
+opens the snapshot, makes it hundreds of MiB long: through a real ``fleet serve`` with the scripted
+model, the host stores nothing over the budget, logs why, and after a restart the fresh kernel says
+the state was lost. A session with an ordinary snapshot, beside it, gets its variables back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from tests.kernels.conftest import events_of, run_turn
+
+from .api_server import StartServer, fleet_serve, http, serve_env
+from .test_copy_out import MIB, allocated
+
+__all__ = ["fleet_serve", "serve_env"]
+
+WATCHER = """
+import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+watch = libc.inotify_init1(0)
+assert libc.inotify_add_watch(watch, b'.kernel', 0x20) >= 0  # IN_OPEN
+print('watching', flush=True)
+while True:
+    data = os.read(watch, 65536)
+    at = 0
+    while at < len(data):
+        _, _, _, size = struct.unpack_from('iIII', data, at)
+        name = data[at + 16:at + 16 + size].rstrip(b'\\0')
+        at += 16 + size
+        if name == b'snapshot.pickle':  # the kernel writes a temporary file; only the host opens this
+            os.truncate('.kernel/snapshot.pickle', 400 * 1024 * 1024)
+            raise SystemExit
+"""
+GROW_ON_OPEN = f"""
+import os, subprocess, sys
+payload = b'p' * (60 * 1024 * 1024)
+os.makedirs('.kernel', exist_ok=True)
+# A process of its own, left running in the kernel's sandbox: no lock of the kernel's delays it.
+watcher = subprocess.Popen([sys.executable, '-c', {WATCHER!r}], stdout=subprocess.PIPE, text=True)
+assert watcher.stdout.readline() == 'watching\\n'
+SUBMIT(answer='watching')
+"""
+
+
+def test_a_snapshot_grown_while_the_host_copies_it_is_refused_and_its_state_reported_lost(
+    fleet_serve: StartServer, model_server: ScriptedModelServer, home: Path, tmp_path: Path
+) -> None:
+    first = fleet_serve(FLEET_SANDBOX_KERNEL_SNAPSHOT_MB="64")
+    model_server.script_for_task("root", "grow", rlm_step("Watch.", GROW_ON_OPEN))
+    model_server.script_for_task("root", "keep", rlm_step("Keep.", "rows = [1, 2, 3]\nSUBMIT(answer='kept')"))
+    with http(first) as client:
+        client.post("/sessions", json={"name": "evil"})
+        client.post("/sessions", json={"name": "good"})
+        assert run_turn(client, "evil", "grow")["answer"] == "watching"
+        assert run_turn(client, "good", "keep")["answer"] == "kept"
+        evil = client.get("/sessions/evil/kernel").json()  # waits for the snapshot to be taken
+        good = client.get("/sessions/good/kernel").json()
+    assert allocated(home / "sessions") < MIB  # nothing of the 60 MiB taken, let alone the 400
+    assert evil["snapshot"] is None
+    assert good["snapshot"]["saved"] == ["rows"]
+    first.stop()
+    assert "the snapshot is over its budget" in (tmp_path / "serve-0.log").read_text()
+
+    second = fleet_serve(FLEET_SANDBOX_KERNEL_SNAPSHOT_MB="64")
+    model_server.script_for_task("root", "look", rlm_step("Look.", "SUBMIT(answer=str('payload' in globals()))"))
+    model_server.script_for_task("root", "sum", rlm_step("Sum.", "SUBMIT(answer=str(sum(rows)))"))
+    with http(second) as client:
+        looked = run_turn(client, "evil", "look")
+        summed = run_turn(client, "good", "sum")
+
+    assert looked["status"] == "completed" and looked["answer"] == "False"
+    [restored] = events_of(looked, "kernel.restored")
+    assert restored["restored"] == []
+    assert {"name": "payload", "reason": "no snapshot holds it"} in restored["lost"]
+    assert summed["status"] == "completed" and summed["answer"] == "6"
+    [kept] = events_of(summed, "kernel.restored")
+    assert kept["restored"] == ["rows"]
