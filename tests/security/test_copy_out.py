@@ -150,6 +150,7 @@ def test_fleet_run_brings_back_no_sparse_file_and_nothing_past_the_turns_bound(
         )
         assert not (workspace / "artifacts" / f"sparse-{name}.bin").exists()
     assert not (workspace / "artifacts" / "big.bin").exists()
+    assert [a["path"] for a in events[-1]["data"]["artifacts"]] == ["artifacts/report.txt"]
     assert (workspace / "artifacts" / "report.txt").read_text() == "the real report"
     assert allocated(workspace) < 4 * MIB
     assert not [p for p in workspace.rglob("*") if p.name.startswith(".incoming-")]

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,9 +109,10 @@ class TurnRequest:
     """``kernel.*`` events of the kernel this turn runs on, emitted right after ``turn.started``."""
     announced: Announced | None = None
     """The turn's ``turn.started`` as the service already emitted it; None: the engine emits it."""
-    after_sandboxes: Callable[[], list[str]] | None = None
+    after_sandboxes: Callable[[], Mapping[str, str]] | None = None
     """Run once the turn's sandboxes are shut down, before its end is emitted (``fleet run``, which keeps
-    no kernel, copies its results back there); each text it returns is emitted as a warning."""
+    no kernel, copies its results back there); returns the files it refused, each with the warning
+    emitted for it, and those are left out of the turn's artifacts."""
 
 
 def turn_limits(
@@ -435,12 +436,12 @@ class Turn:
         if not self._program_done:  # else every sandbox was shut down, a session's kernel kept
             self._kill_sandboxes()
         remove_volume_directory(self._scratch_root)
-        if self.request.after_sandboxes is not None:
-            for message in self.request.after_sandboxes():
-                self.emitter.emit(TurnWarning(message=message))
+        refused = self.request.after_sandboxes() if self.request.after_sandboxes is not None else {}
+        for message in refused.values():
+            self.emitter.emit(TurnWarning(message=message))
         if outcome.status is TurnStatus.COMPLETED:
             self._announce_artifacts()
-        outcome.artifacts = self._artifact_records()
+        outcome.artifacts = [a for a in self._artifact_records() if a["path"] not in refused]
         outcome.route = self.route
         outcome.usage = self._usage()
         self.emitter.emit(outcome.terminal_payload())

@@ -79,12 +79,12 @@ def run_local(
         mirror = Mirror(home.tree, live.tree)
         mirror.copy_in()
 
-        def copy_back() -> list[str]:
+        def copy_back() -> dict[str, str]:
             budget = CopyBudget(
                 [mib_bound("the turn's", "sandbox.copy_out_turn_mb", settings.sandbox.copy_out_turn_mb)]
             )
             mirror.copy_back(budget)
-            return list(budget.refused.values())
+            return budget.refused
 
         request = TurnRequest(
             task=task,
