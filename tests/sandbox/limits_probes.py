@@ -37,6 +37,39 @@ for name, call in CALLS.items():
 print(json.dumps(found))
 """
 
+# Sockets outside the sandbox's network namespace: a vsock port in the host's vsock space, and a uevent
+# netlink socket bound to the kernel's device-event group (each call's errno, 0 when it worked). What
+# the sandbox keeps: NETLINK_ROUTE (of its own namespace) and what libc asks of it, and AF_UNIX pairs.
+SOCKET_PROBE = r"""
+import errno, json, socket
+VSOCK_PORT = 47047
+def attempt(call):
+    try:
+        call()
+    except OSError as exc:
+        return exc.errno
+    return 0
+def vsock_listen():
+    server = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    server.bind((socket.VMADDR_CID_ANY, VSOCK_PORT))
+    server.listen()
+def uevents():
+    listener = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 15)  # NETLINK_KOBJECT_UEVENT
+    listener.bind((0, 1))
+def route():
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as routes:
+        routes.bind((0, 0))
+found = {
+    "vsock listen": attempt(vsock_listen),
+    "vsock to the hypervisor": attempt(lambda: socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM).connect((2, 22))),
+    "uevent netlink": attempt(uevents),
+    "generic netlink": attempt(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 16)),
+    "route netlink": attempt(route),
+    "unix socketpair": attempt(lambda: socket.socketpair()),
+    "interfaces": attempt(socket.if_nameindex),  # glibc asks NETLINK_ROUTE, as getaddrinfo does
+}
+"""
+
 # Four processes each touching 400 MB; prints their exit codes (-9: killed by the kernel).
 FOUR_BIG_PROCESSES = (
     "import subprocess, sys\n"

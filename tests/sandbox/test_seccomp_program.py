@@ -1,6 +1,6 @@
 """Fleet's own seccomp program against libseccomp's: the same numbers for every denied call on each
-architecture Fleet knows, and the same verdict for every call number and the namespace flags, run through
-a classic-BPF interpreter. (The filter's effect in a real sandbox is tested in test_limits.py.)"""
+architecture Fleet knows, and the same verdict for every call number, the namespace flags and the socket
+domains and netlink protocols, run through a classic-BPF interpreter. (The filter's effect in a real sandbox is tested in test_limits.py.)"""
 
 from __future__ import annotations
 
@@ -15,8 +15,12 @@ import pytest
 from fleet_rlm.sandbox import seccomp
 from fleet_rlm.sandbox.seccomp import (
     AARCH64,
+    AF_NETLINK,
+    AF_VSOCK,
     CLONE_NAMESPACE_FLAGS,
     DENIED_SYSCALLS,
+    NETLINK_ROUTE,
+    SOCKET_CALLS,
     UNSHARE_NAMESPACE_FLAGS,
     X86_64,
     Architecture,
@@ -34,11 +38,14 @@ ENOSYS = 0x00050000 | errno.ENOSYS
 ALLOW = 0x7FFF0000
 CLONE_VM, CLONE_FS, CLONE_FILES, SIGCHLD = 0x100, 0x200, 0x400, 17
 HARMLESS_CLONE = CLONE_VM | CLONE_FS | CLONE_FILES | SIGCHLD
+AF_UNIX, AF_INET, AF_INET6, SOCK_STREAM, SOCK_DGRAM = 1, 2, 10, 1, 2
+NETLINK_SOCK_DIAG, NETLINK_KOBJECT_UEVENT, NETLINK_GENERIC = 4, 15, 16
+HIGH_BITS = 1 << 32  # the kernel reads an int argument's low 32 bits only
 
 
-def run_bpf(program: bytes, nr: int, arch: int, arg0: int = 0) -> int:
+def run_bpf(program: bytes, nr: int, arch: int, *args: int) -> int:
     """Run a classic BPF seccomp program on one call: what the kernel would return."""
-    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *args, *[0] * (6 - len(args)))
     code = [struct.unpack_from("<HBBI", program, at) for at in range(0, len(program), 8)]
     a = x = 0
     memory = [0] * 16
@@ -97,6 +104,11 @@ def reference(arch_name: str) -> bytes:
     for flag in UNSHARE_NAMESPACE_FLAGS:
         rules.add_rule(deny, "unshare", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
     rules.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
+    low_word = 0xFFFFFFFF
+    for call in SOCKET_CALLS:
+        rules.add_rule(deny, call, pyseccomp.Arg(0, pyseccomp.MASKED_EQ, low_word, AF_VSOCK))
+        netlink = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, low_word, AF_NETLINK)
+        rules.add_rule(deny, call, netlink, pyseccomp.Arg(2, pyseccomp.NE, NETLINK_ROUTE))
     memory = os.memfd_create("reference-seccomp")
     try:
         with os.fdopen(os.dup(memory), "wb") as handle:
@@ -113,7 +125,7 @@ ARCHES = [pytest.param(X86_64, "X86_64", id="x86_64"), pytest.param(AARCH64, "AA
 def test_every_number_is_libseccomps(arch: Architecture, name: str) -> None:
     libseccomp_arch = getattr(pyseccomp.Arch, name)
     assert arch.audit_arch == int(libseccomp_arch)
-    for call in (*DENIED_SYSCALLS, "clone", "unshare", "clone3"):
+    for call in (*DENIED_SYSCALLS, "clone", "unshare", "clone3", *SOCKET_CALLS):
         number = pyseccomp.resolve_syscall(libseccomp_arch, call)
         if number < 0:  # a call this architecture lacks (libseccomp's pseudo number)
             assert call not in arch.numbers, call
@@ -121,31 +133,45 @@ def test_every_number_is_libseccomps(arch: Architecture, name: str) -> None:
             assert arch.numbers[call] == number, call
 
 
-def calls(arch: Architecture) -> Iterator[tuple[int, int, int]]:
-    """(number, audit arch, first argument) cases: every number up to past the newest call, the
-    namespace flags alone and among harmless ones, another ABI and another architecture."""
+def calls(arch: Architecture) -> Iterator[tuple[int, int, tuple[int, ...]]]:
+    """(number, audit arch, arguments) cases: every number up to past the newest call, the namespace
+    flags alone and among harmless ones, every socket domain with every netlink protocol (and a domain
+    with high bits set), another ABI and another architecture."""
     for nr in range(0, 600):
-        yield nr, arch.audit_arch, 0
+        yield nr, arch.audit_arch, (0,)
     for call in ("clone", "unshare"):
         nr = arch.numbers[call]
-        yield nr, arch.audit_arch, HARMLESS_CLONE
+        yield nr, arch.audit_arch, (HARMLESS_CLONE,)
         for flag in UNSHARE_NAMESPACE_FLAGS:
-            yield nr, arch.audit_arch, flag
-            yield nr, arch.audit_arch, flag | HARMLESS_CLONE
+            yield nr, arch.audit_arch, (flag,)
+            yield nr, arch.audit_arch, (flag | HARMLESS_CLONE,)
+    for call in SOCKET_CALLS:
+        nr = arch.numbers[call]
+        for domain in range(0, 48):
+            for protocol in range(0, 24):
+                yield nr, arch.audit_arch, (domain, SOCK_DGRAM, protocol)
+        yield nr, arch.audit_arch, (HIGH_BITS | AF_VSOCK, SOCK_STREAM, 0)
+        yield nr, arch.audit_arch, (HIGH_BITS | AF_NETLINK, SOCK_DGRAM, NETLINK_KOBJECT_UEVENT)
     if arch.x32_bit:
         for nr in (0, 1, arch.numbers["clone"], 512):
-            yield arch.x32_bit | nr, arch.audit_arch, 0
-    yield 0, 0x40000003, 0  # i386
-    yield arch.numbers["ptrace"], 0xC00000B7 if arch is X86_64 else 0xC000003E, 0
+            yield arch.x32_bit | nr, arch.audit_arch, (0,)
+    yield 0, 0x40000003, (0,)  # i386
+    yield arch.numbers["ptrace"], 0xC00000B7 if arch is X86_64 else 0xC000003E, (0,)
 
 
 @pytest.mark.parametrize(("arch", "name"), ARCHES)
 def test_the_program_decides_every_call_as_libseccomps(arch: Architecture, name: str) -> None:
     ours, theirs = assemble(arch), reference(name)
     disagreements = [
-        (nr, hex(audit), hex(arg0), hex(run_bpf(ours, nr, audit, arg0)), hex(run_bpf(theirs, nr, audit, arg0)))
-        for nr, audit, arg0 in calls(arch)
-        if run_bpf(ours, nr, audit, arg0) != run_bpf(theirs, nr, audit, arg0)
+        (
+            nr,
+            hex(audit),
+            [hex(arg) for arg in args],
+            hex(run_bpf(ours, nr, audit, *args)),
+            hex(run_bpf(theirs, nr, audit, *args)),
+        )
+        for nr, audit, args in calls(arch)
+        if run_bpf(ours, nr, audit, *args) != run_bpf(theirs, nr, audit, *args)
     ]
     assert disagreements == []
 
@@ -164,6 +190,18 @@ def test_the_verdicts_themselves(arch: Architecture, name: str) -> None:
     assert run_bpf(program, unshare, arch.audit_arch, 0x80) == EPERM  # CLONE_NEWTIME
     assert run_bpf(program, unshare, arch.audit_arch, CLONE_FS) == ALLOW
     assert run_bpf(program, 0, arch.audit_arch) == ALLOW  # read (x86-64) / io_setup (aarch64)
+    for call in SOCKET_CALLS:
+        nr = arch.numbers[call]
+        assert run_bpf(program, nr, arch.audit_arch, AF_VSOCK, SOCK_STREAM, 0) == EPERM, call
+        assert run_bpf(program, nr, arch.audit_arch, HIGH_BITS | AF_VSOCK, SOCK_STREAM, 0) == EPERM, call
+        for protocol in (NETLINK_SOCK_DIAG, NETLINK_KOBJECT_UEVENT, NETLINK_GENERIC):
+            assert run_bpf(program, nr, arch.audit_arch, AF_NETLINK, SOCK_DGRAM, protocol) == EPERM, call
+        assert run_bpf(program, nr, arch.audit_arch, AF_NETLINK, SOCK_DGRAM, NETLINK_ROUTE) == ALLOW, call
+        # glibc's getaddrinfo asks the kernel about its interfaces on NETLINK_ROUTE; the protocol's
+        # high bits are not the kernel's either.
+        assert run_bpf(program, nr, arch.audit_arch, AF_NETLINK, SOCK_DGRAM, HIGH_BITS) == ALLOW, call
+        for domain in (AF_UNIX, AF_INET, AF_INET6):
+            assert run_bpf(program, nr, arch.audit_arch, domain, SOCK_STREAM, 0) == ALLOW, call
     assert run_bpf(program, 0, 0x40000003) == EPERM  # another architecture
 
 

@@ -4,9 +4,11 @@ cgroup, mount or state directory outlives the sandbox, not even when the host is
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -19,7 +21,14 @@ from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.sandbox.protections import leftovers_of
 from fleet_rlm.testing.cli import FLEET, json_events, scripted_env
 
-from ..sandbox.limits_probes import FILL_TMP_WITH_1GB, FORK_BOMB_COUNT, FOUR_BIG_PROCESSES, FOUR_SPINNERS, SYSCALL_PROBE
+from ..sandbox.limits_probes import (
+    FILL_TMP_WITH_1GB,
+    FORK_BOMB_COUNT,
+    FOUR_BIG_PROCESSES,
+    FOUR_SPINNERS,
+    SOCKET_PROBE,
+    SYSCALL_PROBE,
+)
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="whole-sandbox limits are enforced when the host is root")
 
@@ -144,6 +153,29 @@ def test_escape_system_calls_fail_with_eperm(model_server: ScriptedModelServer, 
     ]
     assert sorted(found) == sorted(expected)
     assert found == dict.fromkeys(expected, 1), found  # errno 1: EPERM, a clean error for every one
+
+
+def test_sockets_outside_the_network_namespace_fail_with_eperm(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """No vsock port in the host's (or hypervisor's) vsock space, no uevent socket hearing the host's
+    device events (another session's loop device); the sockets Python and libc use still work."""
+    needs("seccomp")
+    model_server.script("root", rlm_step("Probe.", SOCKET_PROBE + "\nSUBMIT(answer=json.dumps(found))"))
+    run = fleet_run("Probe the sockets", tmp_path, scripted_env(model_server))
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.events[-1]["data"]["answer"])
+    assert found == {
+        "vsock listen": errno.EPERM,
+        "vsock to the hypervisor": errno.EPERM,
+        "uevent netlink": errno.EPERM,
+        "generic netlink": errno.EPERM,
+        "route netlink": 0,
+        "unix socketpair": 0,
+        "interfaces": 0,
+    }
+    with socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM) as host:  # the port is still the host's
+        host.bind((socket.VMADDR_CID_ANY, 47047))
 
 
 def test_nothing_is_left_when_the_turn_is_cut_short(model_server: ScriptedModelServer, tmp_path: Path) -> None:

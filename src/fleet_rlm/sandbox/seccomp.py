@@ -7,8 +7,12 @@ on a pipe (``--seccomp FD``), which loads it just before it runs the worker, so 
 sandbox carries it. Denied: new namespaces (``unshare``, and ``clone`` with any ``CLONE_NEW*`` flag;
 ``clone3``, whose flags a filter cannot read, answers ``ENOSYS`` so libc falls back to ``clone``),
 ``setns``, every mount call, tracing and reading other processes, the kernel keyring, BPF, perf
-events, io_uring, kernel modules, kexec, userfaultfd, and a few administrative calls. Calls of
-another ABI (32-bit ``int 0x80`` or x32 on x86-64) are denied too.
+events, io_uring, kernel modules, kexec, userfaultfd, and a few administrative calls. Sockets whose
+address space the sandbox's network namespace does not scope are denied too: ``AF_VSOCK`` (the host's
+and the hypervisor's vsock ports) and every netlink protocol but ``NETLINK_ROUTE`` (which glibc's
+``getaddrinfo`` and ``if_nameindex`` use, and which sees only the sandbox's own namespace), so no
+``NETLINK_KOBJECT_UEVENT`` socket hears the host's device events. Calls of another ABI (32-bit
+``int 0x80`` or x32 on x86-64) are denied too.
 """
 
 from __future__ import annotations
@@ -83,6 +87,11 @@ CLONE_NAMESPACE_FLAGS = (
     CLONE_NEWNET,
 )
 UNSHARE_NAMESPACE_FLAGS = (*CLONE_NAMESPACE_FLAGS, CLONE_NEWTIME)
+# socket(2) and socketpair(2) take (domain, type, protocol): the domain and protocol are checked.
+SOCKET_CALLS = ("socket", "socketpair")
+AF_NETLINK = 16
+AF_VSOCK = 40
+NETLINK_ROUTE = 0
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,7 @@ class Architecture:
 
     audit_arch: int
     numbers: dict[str, int]
-    """Each denied call this architecture has, and clone, unshare and clone3."""
+    """Each denied call this architecture has, and clone, unshare, clone3, socket and socketpair."""
     x32_bit: int = 0
     """A bit that marks another ABI's numbers under the same audit id (x32 on x86-64); 0: none."""
 
@@ -109,7 +118,7 @@ X86_64 = Architecture(
         "init_module": 175, "finit_module": 313, "delete_module": 176, "kexec_load": 246,
         "kexec_file_load": 320, "userfaultfd": 323, "open_by_handle_at": 304, "fanotify_init": 300,
         "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163, "quotactl": 179, "syslog": 103,
-        "clone": 56, "unshare": 272, "clone3": 435,
+        "clone": 56, "unshare": 272, "clone3": 435, "socket": 41, "socketpair": 53,
     },
 )  # fmt: skip
 AARCH64 = Architecture(
@@ -123,7 +132,7 @@ AARCH64 = Architecture(
         "init_module": 105, "finit_module": 273, "delete_module": 106, "kexec_load": 104,
         "kexec_file_load": 294, "userfaultfd": 282, "open_by_handle_at": 265, "fanotify_init": 262,
         "swapon": 224, "swapoff": 225, "reboot": 142, "acct": 89, "quotactl": 60, "syslog": 116,
-        "clone": 220, "unshare": 97, "clone3": 435,
+        "clone": 220, "unshare": 97, "clone3": 435, "socket": 198, "socketpair": 199,
     },
 )  # fmt: skip
 ARCHITECTURES = {"x86_64": X86_64, "amd64": X86_64, "aarch64": AARCH64, "arm64": AARCH64}
@@ -137,6 +146,8 @@ RETURN = 0x06  # BPF_RET | BPF_K
 RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
 NR_OFFSET, ARCH_OFFSET, ARG0_LOW_OFFSET = 0, 4, 16  # struct seccomp_data; args are little-endian u64s
+ARG2_LOW_OFFSET = ARG0_LOW_OFFSET + 2 * 8
+# Only an argument's low 32 bits are read: the kernel reads an int argument so, whatever the high bits.
 MAX_JUMP = 255
 
 
@@ -172,7 +183,8 @@ def sandbox_filter() -> SeccompFilter:
 
 def assemble(arch: Architecture) -> bytes:
     """The program: another architecture or ABI is denied; each denied call returns EPERM; clone and
-    unshare return EPERM when their flags ask for any new namespace; clone3 returns ENOSYS; all else runs."""
+    unshare return EPERM when their flags ask for any new namespace; clone3 returns ENOSYS; socket and
+    socketpair return EPERM for AF_VSOCK and for AF_NETLINK but NETLINK_ROUTE; all else runs."""
     numbers = arch.numbers
     program: list[tuple[int, int | str, int | str, int]] = [
         (LOAD_WORD, 0, 0, ARCH_OFFSET),
@@ -186,6 +198,7 @@ def assemble(arch: Architecture) -> bytes:
         (JUMP_EQUAL, "clone", 0, numbers["clone"]),
         (JUMP_EQUAL, "unshare", 0, numbers["unshare"]),
         (JUMP_EQUAL, "enosys", 0, numbers["clone3"]),
+        *((JUMP_EQUAL, "socket", 0, numbers[name]) for name in SOCKET_CALLS),
         (RETURN, 0, 0, RET_ALLOW),
     ]
     labels = {"clone": len(program)}
@@ -193,6 +206,16 @@ def assemble(arch: Architecture) -> bytes:
     program.append((RETURN, 0, 0, RET_ALLOW))
     labels["unshare"] = len(program)
     program += [(LOAD_WORD, 0, 0, ARG0_LOW_OFFSET), (JUMP_ANY_BIT, "deny", 0, _mask(UNSHARE_NAMESPACE_FLAGS))]
+    program.append((RETURN, 0, 0, RET_ALLOW))
+    labels["socket"] = len(program)
+    program += [
+        (LOAD_WORD, 0, 0, ARG0_LOW_OFFSET),
+        (JUMP_EQUAL, "deny", 0, AF_VSOCK),
+        (JUMP_EQUAL, 0, "allow socket", AF_NETLINK),
+        (LOAD_WORD, 0, 0, ARG2_LOW_OFFSET),
+        (JUMP_EQUAL, 0, "deny", NETLINK_ROUTE),
+    ]
+    labels["allow socket"] = len(program)
     program.append((RETURN, 0, 0, RET_ALLOW))
     labels["enosys"] = len(program)
     program.append((RETURN, 0, 0, RET_ERRNO | errno.ENOSYS))
