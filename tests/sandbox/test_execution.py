@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from dspy.primitives.code_interpreter import CodeExecutionError, CodeInterpreterError, FinalOutput
 
-from fleet_rlm.sandbox import local_sandbox
+from fleet_rlm.sandbox import replies
 from fleet_rlm.sandbox.base import SandboxSpec
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
@@ -160,7 +160,7 @@ def test_a_failing_observer_does_not_stall_the_sandbox(workspace: Path) -> None:
 
 
 def test_oversized_reply_is_refused(sandbox: LocalSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_sandbox, "MAX_REPLY_BYTES", 10_000)
+    monkeypatch.setattr(replies, "MAX_REPLY_BYTES", 10_000)
     sandbox.execute("pass")
     with pytest.raises(CodeInterpreterError, match="a reply longer than 10000 bytes"):
         sandbox.execute("SUBMIT('x' * 20_000)")

@@ -11,6 +11,7 @@ import pytest
 from dspy.primitives.code_interpreter import CodeExecutionError
 
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
+from fleet_rlm.sandbox.tool_workers import MAX_TOOL_CALLS_AT_ONCE
 
 from .helpers import RecordingObserver
 
@@ -77,6 +78,35 @@ def test_concurrent_tool_calls_from_sandbox_threads(sandbox: LocalSandbox, obser
     assert sandbox.execute(code) == str([n * n for n in range(8)])
     assert len({call_id for call_id, _, _ in observer.started}) == 8
     assert all(error is None for *_, error in observer.finished)
+
+
+def test_calls_beyond_the_host_bound_wait_their_turn(sandbox: LocalSandbox) -> None:
+    """Three times as many threads as the host serves at once: every call is answered, never more than
+    the bound run on the host at a time, and the bound is reached (the first calls wait for the rest)."""
+    barrier = threading.Barrier(MAX_TOOL_CALLS_AT_ONCE, timeout=10)
+    running: list[int] = [0, 0]  # now, most at once
+    counting = threading.Lock()
+
+    def square(n: int) -> int:
+        with counting:
+            running[0] += 1
+            running[1] = max(running)
+        try:
+            barrier.wait()
+            return n * n
+        finally:
+            with counting:
+                running[0] -= 1
+
+    sandbox.tools["square"] = square
+    calls = 3 * MAX_TOOL_CALLS_AT_ONCE
+    code = (
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        f"with ThreadPoolExecutor({calls}) as pool:\n"
+        f"    print(list(pool.map(square, range({calls}))))"
+    )
+    assert sandbox.execute(code) == str([n * n for n in range(calls)])
+    assert running[1] == MAX_TOOL_CALLS_AT_ONCE
 
 
 def test_dspy_facade_style_tool_names_work_as_globals(sandbox: LocalSandbox) -> None:

@@ -29,14 +29,14 @@ from fleet_rlm.sandbox.base import (
 )
 from fleet_rlm.sandbox.isolation import WORKSPACE_MOUNT, LaunchedWorker, Launcher
 from fleet_rlm.sandbox.output import CappedText, GuardedObserver, OutputPump
-from fleet_rlm.sandbox.protocol import decode_message, encode_message, execute_message, write_all
+from fleet_rlm.sandbox.protocol import encode_message, execute_message, write_by
+from fleet_rlm.sandbox.replies import ReplyReader
 from fleet_rlm.sandbox.tool_calls import check_tool_names, invoke, run_tool_call
+from fleet_rlm.sandbox.tool_workers import ToolWorkers
 from fleet_rlm.sandbox.variables import VariableCache
 
 DEFAULT_INTERRUPT_GRACE = 2.0
 DEFAULT_START_TIMEOUT = 30.0
-MAX_REPLY_BYTES = 256 * 1024 * 1024  # a SUBMIT larger than this is refused rather than exhausting the host
-_CLOSED = object()  # the worker's reply pipe ended
 _CANCELLED = object()  # interrupt() was called
 _CALL_TOOLS: contextvars.ContextVar[Mapping[str, Callable[..., Any]] | None] = contextvars.ContextVar(
     "fleet_sandbox_call_tools", default=None
@@ -55,11 +55,13 @@ def fires_dspy_callbacks(method: _Method) -> _Method:
 
 @dataclass(frozen=True)
 class _ActiveExecution:
-    """What tool calls of the running execution use: its tools and the caller's context variables."""
+    """What tool calls of the running execution use: its tools, the caller's context variables, and
+    when it ends at the latest (``time.monotonic()``), by which its tool replies must be taken."""
 
     execution: int
     tools: dict[str, Callable[..., Any]]
     context: contextvars.Context
+    deadline: float
 
 
 class SandboxStartError(SandboxUnavailable, CodeInterpreterError):  # type: ignore[misc]
@@ -99,7 +101,8 @@ class LocalSandbox:
         self._start_timeout = start_timeout
         self._worker: LaunchedWorker | None = None
         self._pump: OutputPump | None = None
-        self._inbox: queue.Queue[Any] = queue.Queue()
+        self._inbox: queue.Queue[Any] = queue.Queue()  # holds a few messages at most (see replies.py)
+        self._tool_workers = ToolWorkers()
         self._variables = VariableCache()
         self._execute_lock = threading.Lock()
         self._start_lock = threading.Lock()
@@ -150,6 +153,7 @@ class LocalSandbox:
             except OSError as exc:
                 raise SandboxStartError(f"could not start the sandbox worker: {exc}") from exc
             self._worker = worker
+            os.set_blocking(worker.command_fd, False)  # every write has a deadline (see _send)
             try:
                 self._await_ready(worker)
             except BaseException:
@@ -165,7 +169,7 @@ class LocalSandbox:
 
     def _await_ready(self, worker: LaunchedWorker) -> None:
         self._pump = OutputPump(worker.stdout_fd, worker.stderr_fd, self._observer, self.spec.limits.max_output_chars)
-        threading.Thread(target=self._read_replies, args=(worker.reply_fd,), daemon=True).start()
+        ReplyReader(worker.reply_fd, self._inbox, self._take_tool_call, self._running_execution).start()
         self._check_usable()  # cancelled while launching
         message = self._next_message(time.monotonic() + self._start_timeout)
         if isinstance(message, dict) and message["type"] == "ready":
@@ -235,9 +239,10 @@ class LocalSandbox:
         message = execute_message(header, plan)
         assert self._pump is not None
         self._pump.begin()
-        self._active = _ActiveExecution(self._execution, tools, contextvars.copy_context())
+        deadline = time.monotonic() + timeout + self._interrupt_grace
+        self._active = _ActiveExecution(self._execution, tools, contextvars.copy_context(), deadline)
         try:
-            self._send(message)
+            self._send(message, deadline)
             self._variables.commit(plan)
             reply = self._await_result(self._execution, time.monotonic() + timeout + self._interrupt_grace)
         except SandboxCrashed as crash:
@@ -270,22 +275,31 @@ class LocalSandbox:
                 error = message.get("error")
                 self._crash(f"the sandbox worker failed: {error}", f"a protocol error ({error})")
 
-    def _dispatch_tool_call(self, request: dict[str, Any]) -> None:
-        """Run a tool call on its own thread, in the context of the execute() that is running."""
+    def _running_execution(self) -> int | None:
+        active = self._active
+        return active.execution if active is not None else None
+
+    def _take_tool_call(self, request: dict[str, Any]) -> bool:
+        """Answer a tool call on one of the sandbox's few tool workers (waiting for a free one, so a
+        flood of calls holds back the sandbox, not the host); False when the sandbox is ending."""
+        return self._tool_workers.run(lambda: self._answer_tool_call(request))
+
+    def _answer_tool_call(self, request: dict[str, Any]) -> None:
+        """Run a tool call in the context of the execute() that is running, or refuse it."""
         active = self._active
         if active is None or request.get("execution") != active.execution:
             error = "host tools can only be called while an execution is running"
+            refusal = encode_message({"type": "tool_error", "id": request.get("id"), "error": error})
             with contextlib.suppress(CodeInterpreterError):
-                self._send(encode_message({"type": "tool_error", "id": request.get("id"), "error": error}))
+                self._send(refusal, time.monotonic() + self._interrupt_grace)
             return
-        context = active.context.copy()
-        threading.Thread(target=context.run, args=(self._serve_tool, active.tools, request), daemon=True).start()
+        active.context.copy().run(self._serve_tool, active, request)
 
-    def _serve_tool(self, tools: dict[str, Callable[..., Any]], request: dict[str, Any]) -> None:
-        _CALL_TOOLS.set(tools)
-        reply = run_tool_call(tools, request, self._observer, self.invoke_tool)
+    def _serve_tool(self, active: _ActiveExecution, request: dict[str, Any]) -> None:
+        _CALL_TOOLS.set(active.tools)
+        reply = run_tool_call(active.tools, request, self._observer, self.invoke_tool)
         with contextlib.suppress(CodeInterpreterError):  # the worker is gone; execute() reports that
-            self._send(reply)
+            self._send(reply, max(active.deadline, time.monotonic() + self._interrupt_grace))
 
     @fires_dspy_callbacks
     def invoke_tool(self, tool_name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -322,42 +336,43 @@ class LocalSandbox:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def _send(self, data: bytes) -> None:
+    def _send(self, data: bytes, deadline: float) -> None:
+        """Write one message by ``deadline``: a worker that leaves it unread that long (its reader
+        stopped, or its code flooded the host with calls it never reads the answers to) is stopped,
+        so no host thread waits on it for ever."""
         # Failing kills the worker, which takes the send lock: fail only once it is released.
-        with self._send_lock:
+        if not self._send_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            self._stopped_reading()
+        try:
             worker = self._worker
             if worker is None or worker.command_fd < 0:
                 failure: str | None = self._ended or "the sandbox worker is not running"
             else:
                 try:
-                    write_all(worker.command_fd, data)
-                    failure = None
+                    written = write_by(worker.command_fd, data, deadline)
                 except OSError:
                     failure = ""
                 else:
-                    self.bytes_sent += len(data)
+                    failure = None if written else "unread"
+                    self.bytes_sent += len(data) if written else 0
+        finally:
+            self._send_lock.release()
+        if failure == "unread":
+            self._stopped_reading()
         if failure == "":
             self._died()  # the pipe broke: the worker is gone (or was cancelled meanwhile)
         if failure is not None:
             self._fail(failure)
 
-    def _read_replies(self, fd: int) -> None:
-        with os.fdopen(fd, "rb") as stream:
-            try:
-                while line := stream.readline(MAX_REPLY_BYTES):
-                    if not line.endswith(b"\n"):
-                        raise ValueError(f"a reply longer than {MAX_REPLY_BYTES} bytes")
-                    message = decode_message(line)
-                    if message["type"] == "tool_call":
-                        self._dispatch_tool_call(message)
-                    else:
-                        self._inbox.put(message)
-            except (OSError, ValueError) as exc:
-                self._inbox.put({"type": "fatal", "error": f"unreadable reply: {exc}"})
-        self._inbox.put(_CLOSED)
+    def _stopped_reading(self) -> NoReturn:
+        self._crash(
+            "the sandbox worker left the host's messages unread until their deadline (its code stopped "
+            "reading, or flooded the host with calls it never read the answers to); the sandbox worker was stopped",
+            "it stopped reading the host's messages",
+        )
 
     def _next_message(self, deadline: float) -> Any:
-        """The next message from the worker, _CLOSED/_CANCELLED, or None at the deadline."""
+        """The next message from the worker, replies.CLOSED or _CANCELLED, or None at the deadline."""
         try:
             return self._inbox.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
@@ -413,6 +428,7 @@ class LocalSandbox:
             if worker is None or self._killed:
                 return
             self._killed = True
+            self._tool_workers.close()  # the reader stops waiting for a free tool worker
             worker.kill_everything()  # every process in the sandbox's cgroups, wherever it went
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(worker.process.pid, signal.SIGKILL)

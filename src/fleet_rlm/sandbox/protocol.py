@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import time
 from typing import Any
 
 from fleet_rlm.sandbox.variables import VariablePlan
@@ -30,7 +32,18 @@ def decode_message(line: bytes) -> dict[str, Any]:
     return message
 
 
-def write_all(fd: int, data: bytes) -> None:
+def write_by(fd: int, data: bytes, deadline: float) -> bool:
+    """Write all of ``data`` to the non-blocking ``fd`` by ``deadline`` (``time.monotonic()``); False when
+    the reader left some unread that long. Raises OSError when the reader is gone."""
     view = memoryview(data)
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
     while view:
-        view = view[os.write(fd, view) :]
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            poller.poll(max(1, int(remaining * 1000)))
+    return True
