@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from dspy.primitives.code_interpreter import CodeExecutionError
 
+from fleet_rlm.sandbox.base import SandboxCrashed
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
 from fleet_rlm.sandbox.tool_workers import MAX_TOOL_CALLS_AT_ONCE
 
@@ -81,8 +82,8 @@ def test_concurrent_tool_calls_from_sandbox_threads(sandbox: LocalSandbox, obser
 
 
 def test_calls_beyond_the_host_bound_wait_their_turn(sandbox: LocalSandbox) -> None:
-    """Three times as many threads as the host serves at once: every call is answered, never more than
-    the bound run on the host at a time, and the bound is reached (the first calls wait for the rest)."""
+    """The happy path beside the flood: three times as many threads as the host serves at once all get
+    their answers, with the bound's worth of calls in flight together."""
     barrier = threading.Barrier(MAX_TOOL_CALLS_AT_ONCE, timeout=10)
     running: list[int] = [0, 0]  # now, most at once
     counting = threading.Lock()
@@ -154,3 +155,25 @@ def test_tool_calls_between_executions_are_refused(sandbox: LocalSandbox, observ
         "['host tools can only be called while an execution is running']"
     )
     assert observer.started == []
+
+
+def test_a_worker_that_never_reads_the_host_between_executions_is_stopped(sandbox: LocalSandbox) -> None:
+    """A thread left behind stops the worker's reader and floods the host with tool calls: the host's
+    refusals fill the command pipe, and past their deadline the sandbox is stopped, saying why, instead
+    of host threads waiting on it for ever."""
+    sandbox.execute(
+        "import _thread, gc, json, os, threading\n"
+        "channel = next(o for o in gc.get_objects() if type(o).__name__ == 'Channel')\n"
+        "held = _thread.allocate_lock()\n"
+        "held.acquire()\n"
+        "channel._pending_lock = held\n"
+        "def flood():\n"
+        "    for number in range(1, 40_001):\n"
+        "        call = {'type': 'tool_call', 'id': -number, 'execution': 0, 'name': 'x', 'args': [], 'kwargs': {}}\n"
+        "        os.write(channel._reply_fd, (json.dumps(call) + '\\n').encode())\n"
+        "flooder = threading.Thread(target=flood)\n"
+        "flooder.start()"
+    )
+    with pytest.raises(SandboxCrashed, match="left the host's messages unread until their deadline") as crash:
+        sandbox.execute("flooder.join()")  # the flood ends only when the host stops reading it
+    assert crash.value.cause == "it stopped reading the host's messages"

@@ -114,8 +114,13 @@ def test_a_tool_call_flood_takes_a_few_host_threads(model_server: ScriptedModelS
     process.wait(timeout=120)
     assert peak < bound, f"the host ran {peak} threads for one sandbox's tool calls"
     events = finished(process, tmp_path)
-    restarted = [event["data"]["cause"] for event in events if event["type"] == "sandbox.restarted"]
-    assert len(restarted) == 1, restarted  # the stuck sandbox was stopped at its deadline, a fresh one carried on
+    # The stuck sandbox was stopped at its execution's deadline (its result could not get past the calls
+    # queued ahead of it, nor the host's answers past its stuck reader); a fresh one carried on.
+    [cause] = [event["data"]["cause"] for event in events if event["type"] == "sandbox.restarted"]
+    assert cause in (
+        "the code ran past the 4s timeout and did not stop when interrupted",
+        "it stopped reading the host's messages",
+    ), cause
     assert events[-1]["type"] == "turn.completed" and events[-1]["data"]["answer"] == "carried on"
 
 
