@@ -10,11 +10,15 @@ import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from tests.api.server import server_in_thread
-from tests.security.test_host_bounds import FLOOD_MB, IDLE_REPLY_FLOOD, status_field, thread_named
+from tests.security.test_host_bounds import FLOOD_MB, idle_reply_flood, status_field, thread_named
 
 from .conftest import SettingsFactory, run_turn
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the host's bounds are about a host running as root")
+
+# The flood waits for the host's report of the kernel's variables after the turn (an execution of its
+# own) to be over: a flood during the report would garble the report's own reply and end the kernel.
+AFTER_THE_REPORT = idle_reply_flood("session.execution > turn_execution", setup="turn_execution = session.execution\n")
 
 
 def test_replies_an_idle_kernel_writes_are_not_kept(
@@ -24,7 +28,7 @@ def test_replies_an_idle_kernel_writes_are_not_kept(
         http.post("/sessions", json={"name": "s"})
         before_kb = status_field(os.getpid(), "VmRSS")
         model_server.script(
-            "root", rlm_step("Leave a thread writing replies.", IDLE_REPLY_FLOOD + "SUBMIT(answer='left')")
+            "root", rlm_step("Leave a thread writing replies.", AFTER_THE_REPORT + "SUBMIT(answer='left')")
         )
         assert run_turn(http, "s", "leave a thread")["answer"] == "left"
         deadline = time.monotonic() + 60

@@ -47,13 +47,23 @@ for number in range(1, 3001):
 # writes 400 replies of 1 MB nobody asked for, then names itself so the test sees it is done (and waits
 # for the next execution, so the name stays).
 FLOOD_MB = 400
-IDLE_REPLY_FLOOD = (
-    WORKER_OBJECTS
-    + rf"""
+
+
+def idle_reply_flood(first: str = "True", *, setup: str = "") -> str:
+    """The flood's code: ``setup`` runs first, then the thread waits for ``first`` to hold and for the
+    worker's idle wait."""
+    return (
+        WORKER_OBJECTS
+        + setup
+        + rf"""
+import time
+def idle():
+    return sys._current_frames()[threading.main_thread().ident].f_code.co_name == "next_command"
 def flood():
-    main = threading.main_thread().ident
-    while sys._current_frames()[main].f_code.co_name != "next_command":
-        pass
+    while not ({first}):
+        time.sleep(0.01)
+    while not idle():
+        time.sleep(0.01)
     for _ in range({FLOOD_MB}):
         raw({{"type": "result", "execution": 0, "status": "ok", "value": "x" * (1024 * 1024)}})
     ctypes.CDLL(None).prctl(15, b"flood-done")  # PR_SET_NAME
@@ -62,7 +72,10 @@ release = threading.Event()
 flooder = threading.Thread(target=flood)
 flooder.start()
 """
-)
+    )
+
+
+IDLE_REPLY_FLOOD = idle_reply_flood()
 
 
 def status_field(pid: int, name: str) -> int:
