@@ -137,3 +137,14 @@ def test_bad_payloads_and_names(guarded: RunningServer, model_server: ScriptedMo
 
     asyncio.run(scenario())
     assert model_server.model.requests == []
+
+
+def test_an_upload_name_longer_than_the_file_system_takes_is_refused(guarded: RunningServer) -> None:
+    async def scenario() -> None:
+        async with connected(guarded) as client:
+            for path in ("n" * 256, f"dir/{'é' * 128}", "/".join(["d" * 200] * 6)):
+                stored = await client.call_tool("upload_file", upload("s", path))
+                assert "invalid_path" in error_text(stored) and "bytes" in error_text(stored), path
+            assert not (await client.call_tool("upload_file", upload("s", "n" * 255))).is_error
+
+    asyncio.run(scenario())

@@ -80,6 +80,7 @@ _STATUS_OF_CODE = {
     "invalid_request": 422,
     "invalid_memory_text": 422,
     "archive_too_large": 413,
+    "invalid_archive_field": 422,
     "turn_not_captured": 422,
     "invalid_expectations": 422,
     "invalid_label": 422,

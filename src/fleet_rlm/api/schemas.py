@@ -12,10 +12,8 @@ from fleet_rlm.api.text import JsonObject, Text
 from fleet_rlm.protocol.routes import Mode
 from fleet_rlm.protocol.status import AnswerSource, TurnStatus
 from fleet_rlm.store import FileRecord, MemoryRecord, SessionRecord, TurnRecord
+from fleet_rlm.store.records import MAX_INT32 as MAX_INT32  # what a query parameter may name, past it 422
 
-MAX_INT32 = 2**31 - 1
-"""The largest position, sequence number or offset a query parameter may name (PostgreSQL's
-``integer``); past it the API answers 422 rather than failing in the database."""
 SESSION_NAME_RULE = (
     "Unique name; usable instead of the id in every URL. 1-64 letters, digits, '.', '_' or '-', starting "
     "with a letter or digit, not with 'ses_', and not 'import' (else 400 invalid_session_name)."

@@ -7,7 +7,6 @@ query (where PostgreSQL would fail it as a server error).
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Request
@@ -15,6 +14,7 @@ from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 
 from fleet_rlm.api.errors import ApiError
+from fleet_rlm.workspace.paths import control_character as control_character  # the routes' check of a path
 
 NUL = "\x00"
 NUL_MESSAGE = "text may not contain a NUL character (U+0000)"
@@ -60,8 +60,3 @@ async def refuse_nul_in_path(request: Request) -> None:
     for name, value in request.path_params.items():
         if isinstance(value, str) and NUL in value:
             raise ApiError(422, "invalid_request", f"{name}: {NUL_MESSAGE}")
-
-
-def control_character(text: str) -> str | None:
-    """The first control character (Unicode category Cc: C0, DEL, C1) in ``text``, or None."""
-    return next((char for char in text if unicodedata.category(char) == "Cc"), None)

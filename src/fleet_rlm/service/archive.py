@@ -6,8 +6,10 @@ by position) and ``blobs/<sha256>``. Version 2 added ``memory``; version 1 archi
 Imported memory entries wait for review again, whatever they were (an archive is outside data). Import never
 extracts to disk paths from the archive: it reads only those names, as a bounded stream
 (:mod:`~fleet_rlm.service.archive_reader`), checks every blob's size and digest and every event
-against the manifest, holds the archived settings to this server's rules, and restores the session
-under new ids in one transaction (events inserted a batch at a time from a spool, never all in memory).
+against the manifest, holds every field to its rule (:mod:`~fleet_rlm.service.archive_schema`, one
+schema for the manifest and the events) and the archived settings to this server's, and restores
+the session under new ids in one transaction (events inserted a batch at a time from a spool, never
+all in memory). A refused archive stores nothing.
 """
 
 from __future__ import annotations
@@ -21,12 +23,11 @@ import tarfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast, get_args
+from typing import IO, Any
 
 from fleet_rlm.config import Ceilings, MemorySettings, ServerSettings
 from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.protocol.ids import new_session_id
-from fleet_rlm.protocol.status import FINAL_STATUSES, AnswerSource, TurnStatus
 from fleet_rlm.service.archive_reader import (
     MAX_EVENT_LINE_BYTES,
     MAX_EVENT_VALUES,
@@ -41,34 +42,29 @@ from fleet_rlm.service.archive_reader import (
     open_tar,
     parse_json,
 )
-from fleet_rlm.service.files import SessionFiles, stored_path
-from fleet_rlm.service.memory import MAX_WHY_CHARS, check_text
+from fleet_rlm.service.archive_schema import (
+    MAX_MEMORY_ENTRIES,
+    MEMORY_TEXT_LIMIT,
+    ArchivedEvent,
+    ArchivedSession,
+    ArchiveManifest,
+    validated,
+)
+from fleet_rlm.service.files import SessionFiles, media_type_of
 from fleet_rlm.service.overrides import check_session_settings
 from fleet_rlm.store import BlobStore, FileRecord, Invalid, MemoryRecord, SessionRecord, Store, TurnRecord
 
 FORMAT = "fleet-session-archive"
 VERSION = 2
 READABLE_VERSIONS = (1, 2)
-MAX_MEMORY_ENTRIES = 1000
 _BLOB = re.compile(r"blobs/([0-9a-f]{64})")
 _EVENTS = re.compile(r"events/(\d{1,9})\.jsonl")
 EVENT_BATCH = 500
 EVENT_BATCH_BYTES = 4 * 1024 * 1024
-MAX_TITLE = 200
-MAX_POSITION = 2**31 - 1
-"""Turn positions are 32-bit integers in the database; a session's first turn is 1."""
-FILE_ORIGINS = ("upload", "artifact", "memory")
 
 
 def _time(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
-
-
-def _parse_time(value: Any) -> dt.datetime | None:
-    if value is None:
-        return None
-    parsed = dt.datetime.fromisoformat(str(value))
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -156,14 +152,16 @@ def _write_archive(
 
 @dataclass
 class _Read:
-    manifest: dict[str, Any]
+    manifest: ArchiveManifest
     events: dict[int, Path]  # position -> spooled, checked events/<n>.jsonl
     blobs: dict[str, tuple[str, int]]  # sha -> (stored sha, size)
 
 
-def _read_archive(source: IO[bytes], blobs: BlobStore, session_id: str, limits: ImportLimits) -> _Read:
+def _read_archive(
+    source: IO[bytes], blobs: BlobStore, session_id: str, limits: ImportLimits, memory: MemorySettings
+) -> _Read:
     """Read the archive once, in order: manifest.json first, then only the events and blobs it lists."""
-    manifest: dict[str, Any] | None = None
+    manifest: ArchiveManifest | None = None
     listed = _Listed({}, set())
     events: dict[int, Path] = {}
     stored: dict[str, tuple[str, int]] = {}
@@ -187,7 +185,8 @@ def _read_archive(source: IO[bytes], blobs: BlobStore, session_id: str, limits: 
                 if member.name == "manifest.json" and manifest is None:
                     if member.size > MAX_MANIFEST_BYTES:
                         raise BadArchive(f"the archive's manifest.json is larger than {MAX_MANIFEST_BYTES} bytes")
-                    manifest = _check_manifest(parse_json(handle.read(), MAX_MANIFEST_VALUES, "manifest.json"))
+                    raw = _check_manifest(parse_json(handle.read(), MAX_MANIFEST_VALUES, "manifest.json"))
+                    manifest = validated(ArchiveManifest, raw, "", {MEMORY_TEXT_LIMIT: memory.max_entry_chars})
                     listed = _Listed.of(manifest)
                     continue
                 match = _EVENTS.fullmatch(member.name) or _BLOB.fullmatch(member.name)
@@ -222,13 +221,8 @@ class _Listed:
     positions: set[int]
 
     @classmethod
-    def of(cls, manifest: dict[str, Any]) -> _Listed:
-        try:
-            files = {str(f["sha256"]): int(f["size"]) for f in manifest.get("files") or []}
-            positions = {int(t["position"]) for t in manifest.get("turns") or []}
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise BadArchive(f"the archive's manifest.json is malformed: {type(exc).__name__}: {exc}") from exc
-        return cls(files, positions)
+    def of(cls, manifest: ArchiveManifest) -> _Listed:
+        return cls({f.sha256: f.size for f in manifest.files}, {t.position for t in manifest.turns})
 
 
 def _check_manifest(manifest: Any) -> dict[str, Any]:
@@ -245,21 +239,19 @@ def _check_manifest(manifest: Any) -> dict[str, Any]:
 def _spool_events(handle: IO[bytes], spool: Path, name: str) -> None:
     """Copy an events file to ``spool`` a line at a time, checking each line is an event in order."""
     last = 0
+    index = 0
     with spool.open("wb") as out:
         while line := handle.readline(MAX_EVENT_LINE_BYTES + 1):
             if len(line) > MAX_EVENT_LINE_BYTES:
                 raise BadArchive(f"{name}: an event is longer than {MAX_EVENT_LINE_BYTES} bytes")
             if not line.strip():
                 continue
-            raw = parse_json(line, MAX_EVENT_VALUES, name)
-            try:
-                seq = Event.from_dict({**raw, "turn_id": ""}).seq
-            except (KeyError, TypeError, ValueError) as exc:
-                raise BadArchive(f"{name}: not an event: {str(exc)[:200]}") from exc
-            if seq <= last:
-                raise BadArchive(f"{name}: event {seq} comes after event {last}")
-            last = seq
-            out.write(line.rstrip(b"\r\n") + b"\n")
+            event = validated(ArchivedEvent, parse_json(line, MAX_EVENT_VALUES, name), f"{name}[{index}]")
+            if event.seq <= last:
+                raise BadArchive(f"{name}[{index}]: event {event.seq} comes after event {last}")
+            last = event.seq
+            index += 1
+            out.write(event.model_dump_json(exclude_none=False).encode() + b"\n")
 
 
 def _read_batch(handle: IO[bytes], turn_id: str) -> list[Event]:
@@ -293,14 +285,11 @@ async def import_session(
     session_id = new_session_id()
     blobs = session_files.blobs
     try:
-        read = await asyncio.to_thread(_read_archive, source, blobs, session_id, ImportLimits.of(server))
-        try:
-            session = _session(read.manifest, session_id, name, server.ceilings)
-            turns, spools = _turns(read)
-            files = _files(read)
-            memories = _memories(read, turns, memory)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise BadArchive(f"the archive's manifest.json is malformed: {type(exc).__name__}: {exc}") from exc
+        read = await asyncio.to_thread(_read_archive, source, blobs, session_id, ImportLimits.of(server), memory)
+        session = _session(read.manifest.session, session_id, name, server.ceilings)
+        turns, spools = _turns(read)
+        files = _files(read)
+        memories = _memories(read, turns)
         await session_files.share(session_id, (sha for sha, _ in read.blobs.values()))
         restored = await store.restore_session(session, turns, _event_batches(spools), files, memories)
         for spool in read.events.values():
@@ -313,25 +302,21 @@ async def import_session(
         raise
 
 
-def _session(manifest: dict[str, Any], session_id: str, name: str | None, ceilings: Ceilings) -> SessionRecord:
-    raw = manifest.get("session") or {}
-    now = dt.datetime.now(dt.UTC)
-    title = raw.get("title")
-    if title is not None and (not isinstance(title, str) or len(title) > MAX_TITLE):
-        raise BadArchive(f"the archived session's title is not text of at most {MAX_TITLE} characters")
+def _session(raw: ArchivedSession, session_id: str, name: str | None, ceilings: Ceilings) -> SessionRecord:
     try:
-        stored = check_session_settings(dict(raw.get("settings") or {}), ceilings)
-        if raw.get("mode") is not None:
-            check_session_settings({"mode": raw["mode"]}, ceilings)
+        stored = check_session_settings(dict(raw.settings or {}), ceilings)
+        if raw.mode is not None:
+            check_session_settings({"mode": raw.mode}, ceilings)
     except Invalid as exc:
         raise Invalid(f"the archived session's {exc.message}", code=exc.code) from exc
+    now = dt.datetime.now(dt.UTC)
     return SessionRecord(
         id=session_id,
-        name=name if name is not None else raw.get("name"),
-        title=title,
-        mode=raw.get("mode"),
+        name=name if name is not None else raw.name,
+        title=raw.title,
+        mode=raw.mode,
         settings=stored,
-        created_at=_parse_time(raw.get("created_at")) or now,
+        created_at=raw.created_at or now,
         updated_at=now,
     )
 
@@ -339,107 +324,54 @@ def _session(manifest: dict[str, Any], session_id: str, name: str | None, ceilin
 def _turns(read: _Read) -> tuple[list[TurnRecord], list[tuple[str, Path]]]:
     turns: list[TurnRecord] = []
     spools: list[tuple[str, Path]] = []
-    positions: set[int] = set()
-    for raw in read.manifest.get("turns") or []:
-        position = int(raw["position"])
-        if not 1 <= position <= MAX_POSITION:
-            raise BadArchive(f"turn position {position} is not between 1 and {MAX_POSITION}")
-        if raw.get("status") not in FINAL_STATUSES:
-            raise BadArchive(f"turn {position} has status {raw.get('status')!r}, not a finished one")
-        if position in positions:
-            raise BadArchive(f"turn {position} appears twice in the archive")
-        positions.add(position)
-        artifacts = list(raw.get("artifacts") or [])
-        context_paths = list(raw.get("context_paths") or [])
-        if not all(isinstance(a, dict) for a in artifacts) or not all(isinstance(p, str) for p in context_paths):
-            raise BadArchive(f"turn {position}: artifacts must be objects and context paths text")
+    for raw in read.manifest.turns:
         turn_id = new_id("turn")
         turns.append(
             TurnRecord(
                 id=turn_id,
                 session_id="",
-                position=position,
-                message=str(raw["message"]),
-                status=TurnStatus(raw["status"]),
-                context_paths=context_paths,
-                options=dict(raw.get("options") or {}),
-                answer=_text_or_none(raw.get("answer")),
-                answer_source=_answer_source(raw.get("answer_source")),
-                unverified_reason=_text_or_none(raw.get("unverified_reason")),
-                error=_text_or_none(raw.get("error")),
-                usage=dict(raw.get("usage") or {}),
-                artifacts=artifacts,
-                program_version=_program_version(raw.get("program_version"), position),
-                created_at=_parse_time(raw.get("created_at")),
-                started_at=_parse_time(raw.get("started_at")),
-                finished_at=_parse_time(raw.get("finished_at")),
+                position=raw.position,
+                message=raw.message,
+                status=raw.status,
+                context_paths=list(raw.context_paths),
+                options=dict(raw.options or {}),
+                answer=raw.answer,
+                answer_source=raw.answer_source,
+                unverified_reason=raw.unverified_reason,
+                error=raw.error,
+                usage=dict(raw.usage or {}),
+                artifacts=list(raw.artifacts or []),
+                program_version=raw.program_version,
+                created_at=raw.created_at,
+                started_at=raw.started_at,
+                finished_at=raw.finished_at,
             )
         )
-        if position in read.events:
-            spools.append((turn_id, read.events[position]))
+        if raw.position in read.events:
+            spools.append((turn_id, read.events[raw.position]))
     return turns, spools
-
-
-def _program_version(value: Any, position: int) -> str | None:
-    """The version of the program a turn ran (``builtin``, ``v3``), as the turns table holds it."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,40}", value):
-        raise BadArchive(f"turn {position}: program_version must be a version name of at most 40 characters")
-    return value
-
-
-def _text_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _answer_source(value: Any) -> str | None:
-    """How an archived answer was reached (archives before it was kept have none)."""
-    if value is not None and value not in get_args(AnswerSource):
-        raise BadArchive(f"answer_source {value!r} is not one of {', '.join(get_args(AnswerSource))}")
-    return cast(str | None, value)
 
 
 def _files(read: _Read) -> list[FileRecord]:
     files: list[FileRecord] = []
-    seen: set[str] = set()
-    for raw in read.manifest.get("files") or []:
-        sha, size = str(raw["sha256"]), int(raw["size"])
-        if read.blobs.get(sha) != (sha, size):
-            raise BadArchive(f"the bytes of {raw['path']!r} are missing from the archive or do not match its digest")
-        path = stored_path(str(raw["path"]))
-        origin = str(raw["origin"])
-        if origin not in FILE_ORIGINS:
-            raise BadArchive(f"{path!r} has origin {origin!r}, not one of {', '.join(FILE_ORIGINS)}")
-        if path in seen:
-            raise BadArchive(f"{path!r} appears twice in the archive")
-        seen.add(path)
-        files.append(FileRecord(path, size, sha, str(raw["media_type"]), origin))
+    for raw in read.manifest.files:
+        if read.blobs.get(raw.sha256) != (raw.sha256, raw.size):
+            raise BadArchive(f"the bytes of {raw.path!r} are missing from the archive or do not match its digest")
+        files.append(FileRecord(raw.path, raw.size, raw.sha256, media_type_of(raw.path, raw.media_type), raw.origin))
     return files
 
 
-def _memories(read: _Read, turns: list[TurnRecord], settings: MemorySettings) -> list[MemoryRecord]:
-    """The archived memory entries, as proposals waiting for review, each text checked as a turn's is."""
-    raw_entries = read.manifest.get("memory") or []
-    if not isinstance(raw_entries, list) or len(raw_entries) > MAX_MEMORY_ENTRIES:
-        raise BadArchive(f"the archive's memory must be a list of at most {MAX_MEMORY_ENTRIES} entries")
+def _memories(read: _Read, turns: list[TurnRecord]) -> list[MemoryRecord]:
+    """The archived memory entries, as proposals waiting for review (an archive is outside data)."""
     turn_of = {turn.position: turn.id for turn in turns}
-    entries: list[MemoryRecord] = []
-    for index, raw in enumerate(raw_entries, start=1):
-        try:
-            text = check_text(raw["text"], what="text", limit=settings.max_entry_chars)
-            why = check_text(raw.get("why") or "", what="why", limit=MAX_WHY_CHARS, allow_empty=True)
-        except Invalid as exc:
-            raise BadArchive(f"memory entry {index} of the archive: {exc.message}") from exc
-        position = raw.get("turn_position")
-        entries.append(
-            MemoryRecord(
-                id=new_id("mem"),
-                text=text,
-                why=why,
-                status="pending",
-                turn_id=turn_of.get(position) if isinstance(position, int) else None,
-                created_at=_parse_time(raw.get("created_at")),
-            )
+    return [
+        MemoryRecord(
+            id=new_id("mem"),
+            text=raw.text,
+            why=raw.why or "",
+            status="pending",
+            turn_id=turn_of.get(raw.turn_position) if raw.turn_position is not None else None,
+            created_at=raw.created_at,
         )
-    return entries
+        for raw in read.manifest.memory
+    ]

@@ -14,6 +14,7 @@ import bz2
 import gzip
 import json
 import lzma
+import math
 import re
 import tarfile
 from dataclasses import dataclass
@@ -151,12 +152,25 @@ def parse_json(data: bytes, max_values: int, where: str) -> Any:
     if sum(skeleton.count(mark) for mark in _STRUCTURE) > max_values:
         raise BadArchive(f"{where} holds more than {max_values} JSON values")
     try:
-        value = json.loads(data)
+        value = json.loads(data, parse_constant=_not_json, parse_float=_finite)
     except (ValueError, RecursionError) as exc:
         raise BadArchive(f"{where} is not valid JSON: {str(exc)[:200]}") from exc
     if _holds_nul(value):
         raise BadArchive(f"{where} holds a NUL character (U+0000), which Fleet does not store")
     return value
+
+
+def _not_json(constant: str) -> float:
+    """``json`` reads NaN and Infinity, which JSON has not (RFC 8259) and neither database stores."""
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float, one too large for a float (``1e999``) refused rather than made infinite."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {text[:40]} is too large for a float")
+    return number
 
 
 def _holds_nul(value: Any) -> bool:

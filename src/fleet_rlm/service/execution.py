@@ -40,7 +40,7 @@ from fleet_rlm.protocol.payloads import TurnWarning
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.channel import TurnChannel
 from fleet_rlm.service.engines import OwnThreads, RunningTurn, TurnEngine
-from fleet_rlm.service.files import UNREVIEWED_ORIGIN, ArtifactBudget, SessionFiles, refresh_workspace
+from fleet_rlm.service.files import ArtifactBudget, SessionFiles, given_to_turns, refresh_workspace
 from fleet_rlm.service.kernel_state import TurnRuns
 from fleet_rlm.service.kernels import Kernel, KernelOpening, KernelRegistry
 from fleet_rlm.service.leases import LAPSED_REASON
@@ -199,7 +199,7 @@ class TurnExecution:
         else:
             self.lease = await self.pool.acquire(plan.session.id, self.turn_id)
         records = await self.store.list_files(plan.session.id)
-        await self.files.fetch_records(plan.session.id, [r for r in records if r.origin != UNREVIEWED_ORIGIN])
+        await self.files.fetch_records(plan.session.id, [r for r in records if given_to_turns(r)])
         workspace = self.lease.workspace
         if self.kernel is not None:
             self.kernel.placed = await asyncio.to_thread(

@@ -5,8 +5,9 @@ gets private copies in its sandbox's workspace (:func:`materialize`); when it co
 wrote under ``artifacts/`` is collected (:func:`collect_changes`) and committed with the turn.
 Files under ``files/`` are the person's uploads: a turn's edits there are not kept, nor are its
 writes under ``memory/``, which holds only the reviewed memory (:mod:`fleet_rlm.service.memory`).
-Files stored under ``memory/`` by turns before memory was reviewed stay session files, no longer
-given to turns.
+Nothing stored under ``memory/`` is ever given to a turn (:func:`given_to_turns`): files turns wrote
+there before memory was reviewed stay session files, and the turn's ``memory/MEMORIES.md`` is only
+ever the one the service renders from approved entries and writes after every stored file.
 Bytes cross into and out of the workspace only through its backend's
 :class:`~fleet_rlm.sandbox.base.WorkspaceFiles` (push and pull). With a shared store
 (``worker.file_store = "database"``), bytes are shared (:meth:`SessionFiles.share`) before a row
@@ -33,15 +34,21 @@ from fleet_rlm.workspace.copyout import CopyBudget, mib_bound
 from fleet_rlm.workspace.hashing import hash_workspace_file
 from fleet_rlm.workspace.kinds import FileKind, detect_kind
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, MEMORY, Workspace
-from fleet_rlm.workspace.paths import PathEscapeError, resolve_inside
+from fleet_rlm.workspace.paths import PathEscapeError, control_character, resolve_inside
 from fleet_rlm.workspace.walk import WorkspaceFile, iter_files
 
 log = logging.getLogger(__name__)
 
 STORED_DIRS = (FILES, ARTIFACTS, MEMORY)
 KEPT_FROM_TURNS = {ARTIFACTS: "artifact"}
-UNREVIEWED_ORIGIN = "memory"
-"""Files turns wrote under ``memory/`` before memory was reviewed: kept, never given to turns."""
+ORIGIN_OF_DIR = {FILES: "upload", ARTIFACTS: "artifact", MEMORY: "memory"}
+"""Who stores files under each directory: the person's uploads, turns' artifacts, and (before memory
+was reviewed) turns' writes under ``memory/``, kept but never given to turns."""
+MAX_NAME_BYTES = 255
+"""The longest file name (one path component) Linux file systems take, in bytes of UTF-8."""
+MAX_PATH_BYTES = 1024
+"""The longest stored path accepted as input: far below PATH_MAX (4096), which sandbox code's
+absolute paths (the workspace mount in front) must fit in."""
 _VIRTUAL_ROOT = Path("/nonexistent/fleet-workspace")  # never exists, so only the path's own text is judged
 _SAMPLE = 4096
 
@@ -70,6 +77,35 @@ def clean_path(rel: str, *, within: str | None = None) -> str:
     return resolved.relative_to(_VIRTUAL_ROOT).as_posix()
 
 
+def input_path(rel: str, *, within: str | None = None) -> str:
+    """:func:`clean_path` for a path a person or an archive names (an upload, an import), which every
+    turn's workspace must then hold: no control character (nor could a URL name it), valid Unicode,
+    each name at most :data:`MAX_NAME_BYTES` bytes and the whole at most :data:`MAX_PATH_BYTES`."""
+    clean = clean_path(rel, within=within)
+    control = control_character(clean)
+    if control is not None:
+        raise BadPath(f"refused path {rel!r}: it holds the control character U+{ord(control):04X}")
+    try:
+        encoded = clean.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadPath(f"refused path {rel!r}: it is not valid Unicode (it holds a lone surrogate)") from None
+    longest = max(PurePosixPath(clean).parts, key=lambda name: len(name.encode()))
+    if len(longest.encode()) > MAX_NAME_BYTES:
+        raise BadPath(
+            f"refused path {rel[:300]!r}: the name {longest[:60]!r}... is {len(longest.encode())} bytes long; "
+            f"file systems take at most {MAX_NAME_BYTES} bytes of UTF-8 per name"
+        )
+    if len(encoded) > MAX_PATH_BYTES:
+        raise BadPath(f"refused path {rel[:300]!r}...: it is {len(encoded)} bytes long, more than {MAX_PATH_BYTES}")
+    return clean
+
+
+def given_to_turns(record: FileRecord) -> bool:
+    """Whether turns get this stored file in their workspace: never one under ``memory/``, where only
+    the reviewed memory goes (whatever a row's origin says, an imported one included)."""
+    return PurePosixPath(record.path).parts[0] != MEMORY
+
+
 def stored_path(rel: str) -> str:
     """A path naming a stored file (``files/...``, ``artifacts/...`` or ``memory/...``)."""
     clean = clean_path(rel)
@@ -80,6 +116,11 @@ def stored_path(rel: str) -> str:
 
 _MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
 """``type/subtype`` (RFC 6838); a declared type that is not one is not stored, nor served back."""
+
+
+def is_media_type(value: str) -> bool:
+    """``value`` is a bare ``type/subtype`` as :func:`media_type_of` stores and serves them."""
+    return _MEDIA_TYPE.fullmatch(value) is not None
 
 
 def media_type_of(path: str, declared: str | None = None) -> str:
@@ -154,7 +195,7 @@ class SessionFiles:
 
     def store_upload(self, session_id: str, rel: str, source: BinaryIO, limit: int, declared: str | None) -> FileRecord:
         """Stream an upload into the blob store; the record is for ``files/<rel>``."""
-        path = clean_path(rel, within=FILES)
+        path = input_path(rel, within=FILES)
         sha, size = self.blobs.put_stream(session_id, source, limit)
         return FileRecord(path=path, size=size, sha256=sha, media_type=media_type_of(path, declared), origin="upload")
 
@@ -197,7 +238,7 @@ class SessionFiles:
         path -> sha256 of what was put there."""
         placed: dict[str, str] = {}
         for record in records:
-            if record.origin == UNREVIEWED_ORIGIN:
+            if not given_to_turns(record):
                 continue
             files.push(self.blob_path(session_id, record), record.path)
             placed[record.path] = record.sha256
@@ -283,7 +324,7 @@ def refresh_workspace(
     a deleted upload, the sandbox's own writes) is removed, never through a link;
     a stored file is pushed again unless the very file placed last time is still there unchanged.
     Returns what is placed now, for the next turn."""
-    wanted = {r.path: r for r in records if r.origin != UNREVIEWED_ORIGIN}
+    wanted = {r.path: r for r in records if given_to_turns(r)}
     restored = workspace.restore_layout()
     if restored:
         log.warning("session %s: its kernel's code replaced %s; made again", session_id, ", ".join(restored))

@@ -17,6 +17,10 @@ from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.store.errors import Conflict, NotFound
 
+MAX_INT32 = 2**31 - 1
+"""The largest position, sequence number or offset the database holds (PostgreSQL's ``integer``; SQLite
+would store more): the API and an archive's import refuse more, rather than failing or storing it."""
+
 
 def _detached(value: Any) -> Any:
     if isinstance(value, dict):

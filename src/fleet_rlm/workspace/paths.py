@@ -7,6 +7,7 @@ result is checked again after following symlinks.
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path, PurePosixPath
 
 
@@ -60,3 +61,8 @@ def resolve_inside(root: Path, rel: str) -> Path:
     if not resolved.is_relative_to(base):
         raise PathEscapeError(rel, "the path resolves outside the workspace (through a symlink)")
     return resolved
+
+
+def control_character(text: str) -> str | None:
+    """The first control character (Unicode category Cc: C0, DEL, C1) in ``text``, or None."""
+    return next((char for char in text if unicodedata.category(char) == "Cc"), None)

@@ -123,8 +123,9 @@ async def export_session(session: str, service: Service) -> StoredFileResponse:
         },
         422: {
             "model": ErrorBody,
-            "description": "invalid_request: no 'archive' part or a NUL in 'name'; invalid_settings: settings in "
-            "the archive this server refuses",
+            "description": "invalid_request: no 'archive' part or a NUL in 'name'; invalid_archive_field: a field "
+            "of the archive breaks its rule (the message names it, e.g. events/1.jsonl[3].seq); invalid_settings: "
+            "settings in the archive this server refuses",
         },
     },
 )
