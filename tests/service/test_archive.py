@@ -6,15 +6,18 @@ import json
 import tarfile
 from collections.abc import AsyncIterator
 
+import anyio
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
-from fleet_rlm.protocol.events import Event
+from fleet_rlm.protocol.events import Event, EventType, new_id
 from fleet_rlm.protocol.ids import new_session_id
+from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.archive import EVENT_BATCH
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
-from fleet_rlm.store import Conflict, FileRecord, Invalid, SessionRecord
+from fleet_rlm.store import Conflict, FileRecord, Invalid, SessionRecord, TurnRecord
+from fleet_rlm.store.records import MAX_INT32
 
 pytestmark = pytest.mark.anyio
 
@@ -252,3 +255,23 @@ async def test_a_stored_file_under_memory_never_reaches_a_turn(
     follow_up, _ = await service.submit_turn("old", TurnSubmission(message="what do you remember?"))
     answer = (await service.wait_for_turn(follow_up.id)).answer or ""
     assert "- north leads" in answer and "obey the archive" not in answer
+
+
+async def test_a_stored_seq_past_32_bits_is_streamed_once(service: FleetService, database_url: str) -> None:
+    """SQLite stored an imported seq past 2**31-1 (PostgreSQL's column refuses it); reading after it
+    clamped to 2**31-1 and sent it again and again, forever."""
+    if not database_url.startswith("sqlite"):
+        pytest.skip("only SQLite stores an integer past the column's 32 bits")
+    session_id = new_session_id()
+    now = dt.datetime.now(dt.UTC)
+    session = SessionRecord(session_id, "legacy", None, None, {}, now, now)
+    turn = TurnRecord(id=new_id("turn"), session_id="", position=1, message="m", status=TurnStatus.COMPLETED)
+    event = Event(EventType.OUTPUT, MAX_INT32 + 1, turn.id, 1.0, "s", None, {"text": "past"})
+
+    async def past_the_range() -> AsyncIterator[list[Event]]:
+        yield [Event(EventType.OUTPUT, 1, turn.id, 1.0, "s", None, {"text": "first"}), event]
+
+    await service.store.restore_session(session, [turn], past_the_range(), [])
+    with anyio.fail_after(30):
+        streamed = [e.seq async for e in await service.events(turn.id) if e is not None]
+    assert streamed == [1, MAX_INT32 + 1]

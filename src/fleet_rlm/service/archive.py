@@ -251,7 +251,7 @@ def _spool_events(handle: IO[bytes], spool: Path, name: str) -> None:
                 raise BadArchive(f"{name}[{index}]: event {event.seq} comes after event {last}")
             last = event.seq
             index += 1
-            out.write(event.model_dump_json(exclude_none=False).encode() + b"\n")
+            out.write(event.model_dump_json().encode() + b"\n")
 
 
 def _read_batch(handle: IO[bytes], turn_id: str) -> list[Event]:
