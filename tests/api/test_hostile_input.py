@@ -3,9 +3,7 @@ stream; on SQLite and PostgreSQL alike (PostgreSQL refuses a NUL in text, SQLite
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 import time
 from urllib.parse import quote
 
@@ -16,6 +14,7 @@ from fleet_rlm.api.schemas import MAX_INT32
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.testing.sse import event_frames
 
+from .archive_forgery import rewrite
 from .conftest import SettingsFactory
 from .server import RunningServer, server_in_thread
 
@@ -128,29 +127,11 @@ def test_a_nul_character_is_refused_with_422_naming_the_field(api: RunningServer
         assert http.get("/sessions/s/turns").json()["items"] == []
 
 
-def _with_manifest(archive: bytes, change: dict[str, object]) -> bytes:
-    """The archive with its manifest's session changed (a forged archive)."""
-    out = io.BytesIO()
-    with (
-        tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as source,
-        tarfile.open(fileobj=out, mode="w:gz") as tar,
-    ):
-        for member in source.getmembers():
-            data = source.extractfile(member).read() if member.isfile() else b""  # type: ignore[union-attr]
-            if member.name == "manifest.json":
-                manifest = json.loads(data)
-                manifest["session"].update(change)
-                data = json.dumps(manifest).encode()
-                member.size = len(data)
-            tar.addfile(member, io.BytesIO(data))
-    return out.getvalue()
-
-
 def test_an_archive_holding_a_nul_is_refused_on_both_databases(api: RunningServer) -> None:
     with api.http() as http:
         http.post("/sessions", json={"name": "s", "title": "fine"})
         archive = http.get("/sessions/s/export").content
-        forged = _with_manifest(archive, {"title": f"bad{NUL}title"})
+        forged = rewrite(archive, manifest=lambda manifest: manifest["session"].update(title=f"bad{NUL}title"))
         refused = http.post("/sessions/import", files={"archive": ("a.tar.gz", forged)})
         assert_refused(refused, 400, "invalid_archive", "NUL")
         assert [s["name"] for s in http.get("/sessions").json()["items"]] == ["s"]
