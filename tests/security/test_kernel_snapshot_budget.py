@@ -1,9 +1,9 @@
 """A kernel snapshot is copied out at most at its budget, however the file grows while the host copies it.
 
 Code left running in a session's kernel watches ``.kernel/`` with inotify and, the moment the host
-opens the snapshot, makes it hundreds of MiB long: through a real ``fleet serve`` with the scripted
-model, the host stores nothing over the budget, logs why, and after a restart the fresh kernel says
-the state was lost. A session with an ordinary snapshot, beside it, gets its variables back.
+opens the snapshot, appends 200 MiB of dense bytes to it (no hole: the sparse check cannot refuse it,
+only the bounded read): through a real ``fleet serve`` with the scripted model, the host stores
+nothing over the budget, logs why, and after a restart the fresh kernel says the state was lost. A session with an ordinary snapshot, beside it, gets its variables back.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ WATCHER = """
 import ctypes, os, struct
 libc = ctypes.CDLL(None, use_errno=True)
 watch = libc.inotify_init1(0)
-assert libc.inotify_add_watch(watch, b'.kernel', 0x20) >= 0  # IN_OPEN
+assert libc.inotify_add_watch(watch, b'.kernel', 0x20 | 0x1) >= 0  # IN_OPEN | IN_ACCESS
 print('watching', flush=True)
 while True:
     data = os.read(watch, 65536)
@@ -32,7 +32,10 @@ while True:
         name = data[at + 16:at + 16 + size].rstrip(b'\\0')
         at += 16 + size
         if name == b'snapshot.pickle':  # the kernel writes a temporary file; only the host opens this
-            os.truncate('.kernel/snapshot.pickle', 400 * 1024 * 1024)
+            dense = b'g' * (1024 * 1024)  # real bytes, no hole: the sparse check cannot refuse them
+            with open('.kernel/snapshot.pickle', 'ab', buffering=0) as grown:
+                for _ in range(200):
+                    grown.write(dense)
             raise SystemExit
 """
 GROW_ON_OPEN = f"""
@@ -59,11 +62,11 @@ def test_a_snapshot_grown_while_the_host_copies_it_is_refused_and_its_state_repo
         assert run_turn(client, "good", "keep")["answer"] == "kept"
         evil = client.get("/sessions/evil/kernel").json()  # waits for the snapshot to be taken
         good = client.get("/sessions/good/kernel").json()
-    assert allocated(home / "sessions") < MIB  # nothing of the 60 MiB taken, let alone the 400
+    assert allocated(home / "sessions") < MIB  # nothing of the 60 MiB taken, let alone the 260
     assert evil["snapshot"] is None
     assert good["snapshot"]["saved"] == ["rows"]
     first.stop()
-    assert "the snapshot is over its budget" in (tmp_path / "serve-0.log").read_text()
+    assert "while it was copied out" in (tmp_path / "serve-0.log").read_text()
 
     second = fleet_serve(FLEET_SANDBOX_KERNEL_SNAPSHOT_MB="64")
     model_server.script_for_task("root", "look", rlm_step("Look.", "SUBMIT(answer=str('payload' in globals()))"))

@@ -399,7 +399,9 @@ class KernelRegistry:
             size = lease.files.pull(kernel_code.SNAPSHOT_REL, temp, limit=limit)
             os.replace(temp, target)
         except OverBound as exc:
-            log.warning("session %s: the snapshot is over its budget of %d bytes: %s", kernel.session_id, limit, exc)
+            log.warning(
+                "session %s: the snapshot was not kept (its budget is %d bytes): %s", kernel.session_id, limit, exc
+            )
             return None
         except OSError as exc:
             log.warning("session %s: the snapshot could not be taken: %s", kernel.session_id, exc)

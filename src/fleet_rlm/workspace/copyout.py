@@ -14,10 +14,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from fleet_rlm.workspace.tree import OverBound
+from fleet_rlm.workspace.tree import OverBound, SafeTree
 
 MIB = 1024 * 1024
 Copied = TypeVar("Copied")
+
+
+def copyable(tree: SafeTree, rel: str, limit: int) -> bool:
+    """Whether ``rel`` would be copied out on its own bound (a regular file, not sparse, at most ``limit``
+    bytes), checked without reading it: an artifact is announced only then."""
+    try:
+        with tree.open_bounded(rel, limit):
+            return True
+    except OSError:  # OverBound, or no longer a regular file reached without links
+        return False
 
 
 @dataclass
@@ -57,7 +67,7 @@ class CopyBudget:
         try:
             copied = copy(tightest.left)
         except OverBound as exc:
-            if exc.sparse:
+            if not exc.past_limit:  # sparse, or grown while it was copied
                 self.refused[rel] = f"{rel} was not copied out of the sandbox: {exc.why}"
             else:
                 self.refused[rel] = (

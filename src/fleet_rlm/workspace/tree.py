@@ -57,30 +57,36 @@ class UnsafeEntry(OSError):
 
 
 class OverBound(OSError):
-    """A file the host would copy out holds more bytes than it may take, or is sparse."""
+    """A file the host would copy out holds more bytes than it may take, is sparse, or grew while copied."""
 
-    def __init__(self, rel: str, why: str, *, sparse: bool = False) -> None:
+    def __init__(self, rel: str, why: str, *, past_limit: bool = False) -> None:
         self.rel = rel
         self.why = why
-        self.sparse = sparse
+        self.past_limit = past_limit
+        """True when the file is larger than the caller's limit (the caller names its bound); else
+        :attr:`why` says all (sparse, or grown past the size it had when it was opened)."""
         super().__init__(errno.EFBIG, f"{rel}: {why}")
 
 
 class BoundedReader:
-    """Reads of an open file that raise :class:`OverBound` once more than ``limit`` bytes came."""
+    """Reads of an open file that stop at the size it had when it was opened and checked for holes: one
+    byte more raises :class:`OverBound`, and so does reaching its end when it has become sparse since
+    (a writer sees the end before it keeps the copy)."""
 
-    def __init__(self, handle: io.BufferedReader, rel: str, limit: int) -> None:
+    def __init__(self, handle: io.BufferedReader, rel: str, size: int) -> None:
         self._handle = handle
         self._rel = rel
-        self._limit = limit
-        self._left = limit
+        self._size = size
+        self._left = size
 
     def read(self, size: int = -1, /) -> bytes:
         want = self._left + 1 if size < 0 else min(size, self._left + 1)
         data = self._handle.read(want)
         self._left -= len(data)
         if self._left < 0:
-            raise OverBound(self._rel, f"it is larger than its bound of {self._limit} bytes")
+            raise OverBound(self._rel, f"it grew past its {self._size} bytes while it was copied out")
+        if not data and want:
+            _refuse_sparse(self._handle.fileno(), self._rel)
         return data
 
 
@@ -173,20 +179,15 @@ class SafeTree:
 
     @contextlib.contextmanager
     def open_bounded(self, rel: str, limit: int) -> Iterator[BoundedReader]:
-        """``rel`` for copying out: at most ``limit`` bytes are read through the open descriptor (one more
-        raises :class:`OverBound`), and a file with more than :data:`SPARSE_SLACK` bytes of holes is
-        refused at once (its apparent size would cost the host what it never cost the sandbox)."""
+        """``rel`` for copying out, costing the host no more than it costs the sandbox's volume: a file
+        with more than :data:`SPARSE_SLACK` bytes of holes, or more than ``limit`` bytes, is refused at
+        once (:class:`OverBound`); the reader then stops at the size the file had here (growing it
+        raises), and checks for holes again at its end (holes punched meanwhile raise too)."""
         with self.open(rel) as handle:
-            holes = hole_bytes(handle.fileno(), SPARSE_SLACK)
-            if holes > SPARSE_SLACK:
-                info = os.fstat(handle.fileno())
-                allocated = info.st_blocks * 512
-                raise OverBound(
-                    rel,
-                    f"it is sparse ({info.st_size} bytes, {allocated} allocated: over {SPARSE_SLACK} bytes of holes)",
-                    sparse=True,
-                )
-            yield BoundedReader(handle, rel, limit)
+            size = _refuse_sparse(handle.fileno(), rel)
+            if size > limit:
+                raise OverBound(rel, f"it is larger than its bound of {limit} bytes", past_limit=True)
+            yield BoundedReader(handle, rel, size)
 
     def read_bytes(self, rel: str, limit: int) -> bytes:
         """At most ``limit`` bytes of ``rel``; ValueError if it holds more."""
@@ -315,13 +316,24 @@ class SafeTree:
             pass
 
 
-def hole_bytes(fd: int, enough: int) -> int:
-    """Bytes of holes in the open file ``fd``, counted until more than ``enough`` (then a lower bound).
+def _refuse_sparse(fd: int, rel: str) -> int:
+    """The open file's size, unless it has more than :data:`SPARSE_SLACK` bytes of holes (OverBound)."""
+    size, holes = hole_bytes(fd, SPARSE_SLACK)
+    if holes > SPARSE_SLACK:
+        allocated = os.fstat(fd).st_blocks * 512
+        raise OverBound(rel, f"it is sparse ({size} bytes, {allocated} allocated: over {SPARSE_SLACK} bytes of holes)")
+    return size
+
+
+def hole_bytes(fd: int, enough: int) -> tuple[int, int]:
+    """The open file ``fd``'s size and the bytes of holes in it, counted until more than ``enough`` (then
+    a lower bound); its offset is left where it was.
 
     Holes are found with ``SEEK_HOLE``/``SEEK_DATA`` rather than guessed from ``st_blocks``: a file on
     a compressing file system is allocated less than its size without a hole. A file system without
     them reports one extent of data (no hole). Every hole is at least a block, so the walk is short."""
     size = os.fstat(fd).st_size
+    offset = os.lseek(fd, 0, os.SEEK_CUR)
     holes = 0
     at = 0
     try:
@@ -341,8 +353,8 @@ def hole_bytes(fd: int, enough: int) -> int:
         if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENXIO):
             raise
     finally:
-        os.lseek(fd, 0, os.SEEK_SET)
-    return holes
+        os.lseek(fd, offset, os.SEEK_SET)
+    return size, holes
 
 
 def _child_dir(parent: int, name: str, rel: str, create: bool, mode: int) -> int:
