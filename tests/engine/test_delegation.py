@@ -130,6 +130,30 @@ SUBMIT(answer='written')"""
     assert f"artifacts/children/{child_id}/upper.txt" in paths
 
 
+def test_a_sparse_child_artifact_is_not_promoted_and_is_named(harness: Harness) -> None:
+    parent = """r = spawn_agent('child writer')
+print(r['artifacts'])
+SUBMIT(answer=r['child_id'])"""
+    child = """with open('artifacts/sparse.bin', 'wb') as out:
+    out.write(b'head')
+    out.truncate(256 * 1024 * 1024)
+open('artifacts/notes.txt', 'w').write('notes')
+SUBMIT(answer='written')"""
+    harness.server.script_for_task("root", "PARENT", rlm_step("Delegate.", parent))
+    harness.server.script_for_task("root", "child writer", rlm_step("Write.", child))
+    run = harness.run("PARENT sparse")
+
+    assert run.outcome.status == "completed", run.outcome.error
+    promoted = run.workspace / "artifacts" / "children" / str(run.outcome.answer)
+    assert (promoted / "notes.txt").read_text() == "notes"
+    assert not (promoted / "sparse.bin").exists()
+    assert [entry["source_path"] for entry in json.loads((promoted / "provenance.json").read_text())] == [
+        "artifacts/notes.txt"
+    ]
+    told = [e.data["message"] for e in run.events if e.type is EventType.WARNING]
+    assert any(m.startswith("artifacts/sparse.bin was not copied out of the sandbox: it is sparse") for m in told)
+
+
 def test_cancel_during_fan_out_reaches_every_child_and_leaks_nothing(harness: Harness) -> None:
     before = live_sandbox_pids(harness.tmp)
     harness.server.script_for_task("root", "PARENT", rlm_step("Fan out.", FAN_OUT))

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
@@ -26,16 +27,24 @@ from .conftest import HostCanary
 __all__ = ["database_url", "fleet_serve", "postgres_databases", "serve_env"]
 
 MIB = 1024 * 1024
-SPARSE = """
+HUGE = 2 * 1024 * 1024 * MIB
+"""2 TiB: hashing its zeros would take the host most of an hour."""
+HUGE_FILES = {"sandbox_max_file_size_mb": str(4 * 1024 * 1024)}
+"""The sandbox may write files this large (its RLIMIT_FSIZE), so only the copy-out bounds stand."""
+SPARSE = f"""
 import os
 for name in ('a', 'b', 'c'):
-    with open(f'artifacts/sparse-{name}.bin', 'wb') as out:
+    with open(f'artifacts/sparse-{{name}}.bin', 'wb') as out:
         out.write(b'head' * 1024)
-        out.truncate(400 * 1024 * 1024)
+        out.truncate({HUGE})
         out.seek(-8192, 2)
         out.write(b'tail' * 2048)
 open('artifacts/report.txt', 'w').write('the real report')
 SUBMIT(answer='written')
+"""
+MADE_SPARSE = f"""
+os.truncate('artifacts/report.txt', {HUGE})
+SUBMIT(answer='truncated')
 """
 
 
@@ -48,25 +57,45 @@ def warnings(events: list[dict[str, Any]]) -> list[str]:
     return [e["data"]["message"] for e in events if e["type"] == "warning"]
 
 
+def announced(events: list[dict[str, Any]]) -> list[str]:
+    return [e["data"]["path"] for e in events if e["type"] == "artifact.created"]
+
+
+def two_turns(client: httpx.Client) -> tuple[dict[str, Any], dict[str, Any], dict[str, dict[str, Any]]]:
+    """Session ``s``'s turns "first" and "second", then its files by path."""
+    client.post("/sessions", json={"name": "s"})
+    one = run_turn(client, "s", "first")
+    two = run_turn(client, "s", "second")
+    return one, two, {item["path"]: item for item in client.get("/sessions/s/files").json()["items"]}
+
+
 def dense(name: str, mib: float) -> str:
     """Code writing ``mib`` MiB of incompressible bytes to ``artifacts/<name>``."""
     return f"open('artifacts/{name}', 'wb').write(os.urandom({int(mib * MIB)}))\n"
 
 
-def test_sparse_artifacts_do_not_become_gigabytes_in_the_blob_store(
+def test_sparse_artifacts_are_neither_read_nor_announced_nor_stored(
     fleet_serve: StartServer,
     model_server: ScriptedModelServer,
     database_url: str,
     home: Path,
     canary: HostCanary,
 ) -> None:
-    server = fleet_serve(FLEET_DATABASE_URL=database_url)
-    model_server.script("root", rlm_step("Write sparse files.", SPARSE))
+    server = fleet_serve(
+        FLEET_DATABASE_URL=database_url, FLEET_SANDBOX_MAX_FILE_SIZE_MB=HUGE_FILES["sandbox_max_file_size_mb"]
+    )
+    model_server.script(
+        "root", rlm_step("Write sparse files.", SPARSE), rlm_step("Truncate.", "import os\n" + MADE_SPARSE)
+    )
     with http(server) as client:
         client.post("/sessions", json={"name": "s"})
         turn = run_turn(client, "s", "write")
         files = {item["path"]: item for item in client.get("/sessions/s/files").json()["items"]}
         report = client.get("/sessions/s/files/artifacts/report.txt")
+        # A stored artifact made sparse: the host never hashes its 2 TiB to compare it with the stored one.
+        truncated = run_turn(client, "s", "truncate")
+        after = {item["path"]: item for item in client.get("/sessions/s/files").json()["items"]}
+        kept = client.get("/sessions/s/files/artifacts/report.txt")
 
     assert turn["status"] == "completed", turn["error"]
     told = warnings(turn["events"])
@@ -74,10 +103,43 @@ def test_sparse_artifacts_do_not_become_gigabytes_in_the_blob_store(
         path = f"artifacts/sparse-{name}.bin"
         assert path not in files
         assert any(m.startswith(f"{path} was not copied out of the sandbox: it is sparse") for m in told), told
+    assert announced(turn["events"]) == ["artifacts/report.txt"]
     assert [a["path"] for a in turn["artifacts"]] == ["artifacts/report.txt"]
     assert report.status_code == 200 and report.text == "the real report"
+    assert truncated["status"] == "completed", truncated["error"]
+    assert announced(truncated["events"]) == [] and truncated["artifacts"] == []
+    assert [m.split(":")[0] for m in warnings(truncated["events"])] == [
+        "artifacts/report.txt was not copied out of the sandbox"
+    ]
+    assert after == files and kept.text == "the real report"
     assert allocated(home / "sessions") < 16 * MIB
     canary.untouched()
+
+
+def test_a_stored_artifact_whose_new_version_is_refused_still_counts_toward_the_sessions_bound(
+    fleet_serve: StartServer, model_server: ScriptedModelServer, database_url: str, home: Path
+) -> None:
+    server = fleet_serve(
+        FLEET_DATABASE_URL=database_url, FLEET_SANDBOX_COPY_OUT_TURN_MB="3", FLEET_SANDBOX_COPY_OUT_SESSION_MB="5"
+    )
+    first = "import os\n" + dense("one.bin", 2.5) + "SUBMIT(answer='first')"
+    # one.bin's new 3.5 MiB are past the turn's bound, so its stored 2.5 MiB stay: two.bin's 2.75 MiB
+    # fit the turn's bound but not what the session has left.
+    second = "import os\n" + dense("one.bin", 3.5) + dense("two.bin", 2.75) + "SUBMIT(answer='second')"
+    model_server.script("root", rlm_step("Write.", first), rlm_step("Write more.", second))
+    with http(server) as client:
+        one, two, files = two_turns(client)
+
+    assert one["status"] == "completed" and two["status"] == "completed", (one["error"], two["error"])
+    assert warnings(two["events"]) == [
+        "artifacts/one.bin was not copied out of the sandbox: it is larger than the 3145728 bytes left under "
+        "the turn's bound of 3 MiB (sandbox.copy_out_turn_mb)",
+        "artifacts/two.bin was not copied out of the sandbox: it is larger than the 2621440 bytes left under "
+        "the session's bound of 5 MiB (sandbox.copy_out_session_mb)",
+    ]
+    assert two["artifacts"] == []
+    assert {path: item["size"] for path, item in files.items()} == {"artifacts/one.bin": int(2.5 * MIB)}
+    assert allocated(home / "sessions") < 5 * MIB
 
 
 def test_the_turn_and_session_bounds_hold_on_copied_out_artifacts(
@@ -94,10 +156,7 @@ def test_the_turn_and_session_bounds_hold_on_copied_out_artifacts(
     )
     model_server.script("root", rlm_step("Write.", first), rlm_step("Write more.", second))
     with http(server) as client:
-        client.post("/sessions", json={"name": "s"})
-        one = run_turn(client, "s", "first")
-        two = run_turn(client, "s", "second")
-        files = {item["path"]: item for item in client.get("/sessions/s/files").json()["items"]}
+        one, two, files = two_turns(client)
         notes = client.get("/sessions/s/files/artifacts/notes.txt").text
         kept = client.get("/sessions/s/files/artifacts/one.bin").content
 
@@ -135,7 +194,7 @@ def test_fleet_run_brings_back_no_sparse_file_and_nothing_past_the_turns_bound(
     result = run_fleet(
         ["run", "Write", "--json", "--workspace", str(workspace)],
         tmp_path,
-        scripted_env(model_server, sandbox_copy_out_turn_mb="1"),
+        scripted_env(model_server, sandbox_copy_out_turn_mb="1", **HUGE_FILES),
     )
 
     assert result.returncode == 0, result.stderr
@@ -151,6 +210,8 @@ def test_fleet_run_brings_back_no_sparse_file_and_nothing_past_the_turns_bound(
         assert not (workspace / "artifacts" / f"sparse-{name}.bin").exists()
     assert not (workspace / "artifacts" / "big.bin").exists()
     assert [a["path"] for a in events[-1]["data"]["artifacts"]] == ["artifacts/report.txt"]
+    assert "artifacts/report.txt" in announced(events)
+    assert not [path for path in announced(events) if "sparse" in path]
     assert (workspace / "artifacts" / "report.txt").read_text() == "the real report"
     assert allocated(workspace) < 4 * MIB
     assert not [p for p in workspace.rglob("*") if p.name.startswith(".incoming-")]

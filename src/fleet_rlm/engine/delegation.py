@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +37,12 @@ from fleet_rlm.engine.usage import TurnUsage
 from fleet_rlm.protocol.events import new_id
 from fleet_rlm.protocol.payloads import ChildFinished, ChildStarted, ChildUsage, TurnWarning
 from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, SandboxSpec
+from fleet_rlm.workspace.copyout import CopyBudget, mib_bound
 from fleet_rlm.workspace.hashing import HashingReader
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, Workspace
 from fleet_rlm.workspace.manifest import build_manifest, render_manifest
 from fleet_rlm.workspace.paths import PathEscapeError, split_rel
-from fleet_rlm.workspace.tree import SHARED_DIR_MODE, Skipped, UnsafeEntry
+from fleet_rlm.workspace.tree import SHARED_DIR_MODE, SafeTree, Skipped, UnsafeEntry
 
 CHILDREN_DIR = "children"
 
@@ -300,29 +303,35 @@ class ChildRun:
         Both trees are sandbox-writable: the child's is walked without following links (what is
         skipped is reported), and the parent's is written through descriptors, so a link the
         parent's code planted at ``artifacts/children`` is refused rather than written through.
+        Each copy is bounded (:meth:`~fleet_rlm.workspace.tree.SafeTree.open_bounded`), the child's
+        files together by ``sandbox.copy_out_turn_mb``: a sparse file, or one past it, is left behind
+        with a warning naming it.
         """
         source, target = workspace.tree, self.parent_workspace.tree
         base = f"{ARTIFACTS}/{CHILDREN_DIR}/{self.child_id}"
         promoted: list[str] = []
         provenance: list[dict[str, Any]] = []
+        turn_mb = self.delegation.settings.sandbox.copy_out_turn_mb
+        budget = CopyBudget([mib_bound("the turn's", "sandbox.copy_out_turn_mb", turn_mb)])
         try:
             for entry in source.walk(ARTIFACTS):
                 rel = entry.rel.removeprefix(f"{ARTIFACTS}/")
                 path = f"{base}/{rel}"
                 try:
-                    handle = source.open(entry.rel)
+                    copied = budget.copy(
+                        entry.rel, partial(_copy_hashed, source, entry.rel, target, path), itemgetter(1)
+                    )
                 except UnsafeEntry as exc:  # replaced by a link or a special file since it was listed
                     source.skipped.append(Skipped(exc.rel, exc.what))
                     continue
-                with handle:
-                    reader = HashingReader(handle)
-                    target.write(path, reader)
+                if copied is None:
+                    continue
                 promoted.append(path)
                 provenance.append(
                     {
                         "path": path,
                         "source_path": entry.rel,
-                        "sha256": reader.sha256,
+                        "sha256": copied[0],
                         "child_id": self.child_id,
                         "parent_turn": self.delegation.turn_id,
                         "task": self.task,
@@ -335,6 +344,8 @@ class ChildRun:
             return [], []
         finally:
             self.trace.warn_skipped(source)
+            for message in budget.refused.values():
+                self.trace.emit(TurnWarning(message=message))
         return promoted, provenance
 
     def _usage(self) -> ChildUsage:
@@ -361,3 +372,11 @@ def _child_failure(exc: BaseException, budget: TurnBudget) -> dict[str, str]:
     if cause is not None:
         return {"status": "failed", "error": str(cause)}
     return {"status": "failed", "error": one_line(exc)}
+
+
+def _copy_hashed(source: SafeTree, rel: str, target: SafeTree, path: str, limit: int) -> tuple[str, int]:
+    """Copy ``rel`` of ``source`` to ``path`` of ``target``, at most ``limit`` bytes; its sha256 and size."""
+    with source.open_bounded(rel, limit) as handle:
+        reader = HashingReader(handle)
+        size = target.write(path, reader)
+    return reader.sha256, size

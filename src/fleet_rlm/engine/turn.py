@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,8 @@ from fleet_rlm.protocol.status import AnswerSource, TurnStatus
 from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxFactory, SandboxLimits, SandboxSpec
 from fleet_rlm.sandbox.registry import configured_backend
 from fleet_rlm.sandbox.volume import remove_volume_directory
-from fleet_rlm.workspace.hashing import hash_workspace_file
+from fleet_rlm.workspace.copyout import MIB, copyable
+from fleet_rlm.workspace.hashing import hash_copied_out
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.manifest import build_manifest, render_manifest
 from fleet_rlm.workspace.snapshot import changed_between, snapshot
@@ -401,15 +402,23 @@ class Turn:
 
     # -- results -------------------------------------------------------------------------------
 
-    def _announce_artifacts(self) -> None:
+    def _announce_artifacts(self, refused: Collection[str] = ()) -> None:
+        """Emit ``artifact.created`` for each new or changed artifact the host would copy out: a sparse one,
+        one past the turn's bound, or one ``refused`` by a copy already made is never announced."""
         current = snapshot(self.tree)
         self.trace.warn_skipped(self.tree, in_iteration=True)
         for path in changed_between(self._artifacts_before, current):
             facts = current.get(path)
-            if facts is None or self._announced.get(path) == facts:
+            if facts is None or self._announced.get(path) == facts or path in refused:
+                continue
+            if not copyable(self.tree, path, self._copy_out_limit):
                 continue
             self._announced[path] = facts
             self.trace.emit_in_iteration(ArtifactCreated(path=path, size=facts[0]))
+
+    @property
+    def _copy_out_limit(self) -> int:
+        return self.settings.sandbox.copy_out_turn_mb * MIB
 
     def _failure(self, exc: BaseException) -> TurnOutcome:
         if isinstance(exc, TurnCancelled) or self.budget.cancelled:
@@ -440,7 +449,7 @@ class Turn:
         for message in refused.values():
             self.emitter.emit(TurnWarning(message=message))
         if outcome.status is TurnStatus.COMPLETED:
-            self._announce_artifacts()
+            self._announce_artifacts(refused)
         outcome.artifacts = [a for a in self._artifact_records() if a["path"] not in refused]
         outcome.route = self.route
         outcome.usage = self._usage()
@@ -454,10 +463,10 @@ class Turn:
             if found is None:  # gone, or replaced by a link or a special file since it was announced
                 continue
             try:
-                digest = hash_workspace_file(found)
-            except OSError:
+                sha256 = hash_copied_out(found, self._copy_out_limit)
+            except OSError:  # OverBound (made sparse or grown since it was announced), or replaced
                 continue
-            records.append(ArtifactRecord(path=path, size=found.size, sha256=digest.sha256).model_dump())
+            records.append(ArtifactRecord(path=path, size=found.size, sha256=sha256).model_dump())
         return records
 
     def _usage(self) -> dict[str, Any]:

@@ -30,11 +30,12 @@ from fleet_rlm.config import SandboxSettings
 from fleet_rlm.sandbox.base import WorkspaceFiles
 from fleet_rlm.store import BlobStore, FileChanges, FileRecord, Invalid
 from fleet_rlm.store.shared_blobs import SharedBlobs
-from fleet_rlm.workspace.copyout import CopyBudget, mib_bound
-from fleet_rlm.workspace.hashing import hash_workspace_file
+from fleet_rlm.workspace.copyout import MIB, CopyBudget, mib_bound
+from fleet_rlm.workspace.hashing import hash_copied_out
 from fleet_rlm.workspace.kinds import FileKind, detect_kind
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, MEMORY, Workspace
 from fleet_rlm.workspace.paths import PathEscapeError, control_character, resolve_inside
+from fleet_rlm.workspace.tree import OverBound
 from fleet_rlm.workspace.walk import WorkspaceFile, iter_files
 
 log = logging.getLogger(__name__)
@@ -263,27 +264,36 @@ class SessionFiles:
         for top in KEPT_FROM_TURNS:
             for found in iter_files(tree, under=top):
                 try:
-                    if found.rel in before and before[found.rel] == hash_workspace_file(found).sha256:
+                    if found.rel in before and before[found.rel] == hash_copied_out(found, budget.turn_mb * MIB):
                         seen.add(found.rel)
                         continue
+                except OverBound:  # not the stored version: its pull refuses it, with a warning
+                    pass
                 except OSError:  # changed or replaced since it was listed: not collected
                     continue
                 changed.append(found)
-        kept = sum(size for path, size in budget.stored.items() if path in seen)
-        copies = CopyBudget(
-            [
-                mib_bound("the turn's", "sandbox.copy_out_turn_mb", budget.turn_mb),
-                mib_bound("the session's", "sandbox.copy_out_session_mb", budget.session_mb, used=kept),
-            ]
+        changed_paths = {found.rel for found in changed}
+        # Every stored artifact still there counts until a new version replaces it: the unchanged ones,
+        # and a changed one whose new version is refused (its stored version stays).
+        session = mib_bound(
+            "the session's",
+            "sandbox.copy_out_session_mb",
+            budget.session_mb,
+            used=sum(size for path, size in budget.stored.items() if path in seen or path in changed_paths),
         )
+        copies = CopyBudget([mib_bound("the turn's", "sandbox.copy_out_turn_mb", budget.turn_mb), session])
         for found in changed:
             origin = KEPT_FROM_TURNS[PurePosixPath(found.rel).parts[0]]
+            replaced = budget.stored.get(found.rel, 0)
+            session.used -= replaced  # the new version takes its place, if it is copied
             try:
                 pulled = copies.copy(found.rel, partial(self._pull_blob, session_id, files, found.rel), _size)
             except OSError:  # changed or replaced since it was listed: not collected
                 continue
             seen.add(found.rel)  # a refused file leaves its stored version as it was
-            if pulled is not None:
+            if pulled is None:
+                session.used += replaced
+            else:
                 sha, size = pulled
                 upserts.append(FileRecord(found.rel, size, sha, media_type_of(found.rel), origin))
         deletions = sorted(

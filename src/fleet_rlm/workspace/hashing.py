@@ -111,6 +111,18 @@ def hash_workspace_file(file: WorkspaceFile) -> FileDigest:
         return hash_stream(stream)
 
 
+def hash_copied_out(file: WorkspaceFile, limit: int) -> str:
+    """The SHA-256 of a file the host would copy out, read through
+    :meth:`~fleet_rlm.workspace.tree.SafeTree.open_bounded`: a sparse file, or one of more than
+    ``limit`` bytes, raises ``OverBound`` before a byte is hashed (its holes would cost the host hours
+    of hashing zeros)."""
+    sha = hashlib.sha256()
+    with file.tree.open_bounded(file.rel, limit) as reader:
+        while chunk := reader.read(CHUNK_BYTES):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
 def hash_file(path: Path) -> FileDigest:
     """The digest of a host-owned file (never one in a workspace: see :func:`hash_workspace_file`)."""
     with path.open("rb", buffering=0) as stream:
