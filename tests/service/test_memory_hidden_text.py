@@ -31,12 +31,28 @@ HIDING = {
     "soft hyphen": ("so\\xadft", "U+00AD SOFT HYPHEN (an invisible formatting character) at index 2"),
     "private use": ("x\\ue000", "U+E000 (a private-use character) at index 1"),
     "unassigned": ("x\\U000e0fff", "U+E0FFF (an unassigned character) at index 1"),
-    "variation selector run": ("a\\ufe0f\\ufe0f", "U+FE0F VARIATION SELECTOR-16 (a variation selector) at index 2"),
+    "variation selector run": (
+        "\\u2600\\ufe0f\\ufe0f",
+        "U+FE0F VARIATION SELECTOR-16 (a variation selector) at index 2",
+    ),
     "hangul filler": ("\\u3164x", "U+3164 HANGUL FILLER (an invisible character) at index 0"),
     "line separator": ("a\\u2028b", "U+2028 LINE SEPARATOR (a line separator) at index 1"),
     "escape sequence": ("a\\x1b[8mb", "U+001B (a control character) at index 1"),
+    "mongolian fvs": (
+        "hello" + "\\u180b" * 5 + "world",
+        "U+180B MONGOLIAN FREE VARIATION SELECTOR ONE (a variation selector) at index 5",
+    ),
+    "khmer inherent vowel": ("a\\u17b4b", "U+17B4 KHMER VOWEL INHERENT AQ (an invisible character) at index 1"),
+    "variation selector after a letter": (
+        "h\\ufe0fe\\ufe0ello",
+        "U+FE0F VARIATION SELECTOR-16 (a variation selector) at index 1",
+    ),
+    "at the very end": (
+        "visible until the end\\u202e",
+        "U+202E RIGHT-TO-LEFT OVERRIDE (a direction-changing character) at index 21",
+    ),
 }
-VISIBLE = "Café, naïve façade — 北京 東京 서울 مرحبا 😀 👨\u200d💻 ❤\ufe0f 👍🏽 🇫🇷\nsecond line\tafter a tab"
+VISIBLE = "Café, naïve façade — 北京 東京 서울 مرحبا 😀 👨\u200d💻 ❤\ufe0f 1\ufe0f\u20e3 ‼\ufe0f 👍🏽 🇫🇷\nsecond line\tafter a tab"
 
 
 def attempts(texts: list[str], why: str = "seen") -> str:
@@ -65,11 +81,11 @@ async def test_remember_refuses_every_hidden_or_direction_changing_character(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
     texts = [text for text, _ in HIDING.values()]
-    code = attempts([*texts, "visible", "visible but the why hides\\u202e"])
+    code = attempts([*texts, "visible"])
     lines = await turn_output(service, model_server, code)
     refused = [line for line in lines if line.startswith("REFUSED")]
-    assert len(refused) == len(HIDING) + 1, lines
-    for line, (case, (_, named)) in zip(refused, HIDING.items(), strict=False):
+    assert len(refused) == len(HIDING), lines
+    for line, (case, (_, named)) in zip(refused, HIDING.items(), strict=True):
         assert line.startswith(f"REFUSED RuntimeError refused by Fleet: remember: text contains {named};"), case
         assert "only visible characters, line breaks and tabs are allowed" in line, case
     assert any(line.startswith("OK proposed as mem_") for line in lines)

@@ -30,23 +30,26 @@ export const formatSeconds = (seconds) =>
 let ids = 0;
 export const uniqueId = (prefix) => `${prefix}-${(ids += 1)}`;
 
-// Memory text as its reviewer must see it (the rule is protocol/visible.py's): a character that
+// Memory text as its reviewer must see it (the rule is protocol/visible.py's, and so are these
+// tables; tests/protocol/test_visible_js.py checks both agree on every code point): a character that
 // would hide or reorder text, stored before memory refused them, is shown as an escape (\u202e).
 // Line breaks, tabs, a zero-width joiner between emoji and one presentation selector after a
-// visible character stay as they are.
+// character that can be an emoji stay as they are.
 const DIRECTION_CHANGING = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/u;
-const VARIATION_SELECTOR = /[\ufe00-\ufe0f\u{e0100}-\u{e01ef}]/u;
-const INVISIBLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}\u034f\u115f\u1160\u3164\uffa0]/u;
+const VARIATION_SELECTOR = /[\u180b-\u180d\u180f\ufe00-\ufe0f\u{e0100}-\u{e01ef}]/u;
+// Unicode's Default_Ignorable_Code_Point, whatever the category, and the categories that hide.
+const DEFAULT_IGNORABLE =
+  /[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\u{1bca0}-\u{1bca3}\u{1d173}-\u{1d17a}\u{e0000}-\u{e0fff}]/u;
+const HIDING_CATEGORY = /[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}]/u;
+const CAN_BE_EMOJI = /[\p{So}\p{Sm}\p{Sk}#*0-9\u203c\u2049\u2139\u3030\u303d]/u;
 
-function isHidden(chars, index) {
+export function isHidden(chars, index) {
   const [char, before, after] = [chars[index], chars[index - 1] ?? "\0", chars[index + 1] ?? "\0"];
   if (char === "\n" || char === "\t") return false;
   if (DIRECTION_CHANGING.test(char)) return true;
   if (char === "\u200d") return !(/\p{So}/u.test(after) && /[\p{So}\p{Sk}\ufe0e\ufe0f]/u.test(before));
-  if (VARIATION_SELECTOR.test(char)) {
-    return !(/[\ufe0e\ufe0f]/u.test(char) && /[\p{L}\p{N}\p{P}\p{S}]/u.test(before) && !VARIATION_SELECTOR.test(before));
-  }
-  return INVISIBLE.test(char);
+  if (VARIATION_SELECTOR.test(char)) return !(/[\ufe0e\ufe0f]/u.test(char) && CAN_BE_EMOJI.test(before));
+  return HIDING_CATEGORY.test(char) || DEFAULT_IGNORABLE.test(char);
 }
 
 export function showHidden(text) {
