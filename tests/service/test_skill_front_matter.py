@@ -29,10 +29,15 @@ def alias_bomb(name: str) -> str:
     return f"---\nname: {name}\n" + "\n".join(lines) + f"\ndescription: *l{LEVELS - 1}\n---\n\nGuidance.\n"
 
 
-def write_bomb(parent: Path, name: str = "bomb") -> Path:
+def nesting_bomb(name: str) -> str:
+    """A few KB of ``[``: one level of Python recursion each while YAML composes them."""
+    return f"---\nname: {name}\ndescription: {'[' * 2000}\n---\n\nGuidance.\n"
+
+
+def write_bomb(parent: Path, name: str = "bomb", text: str | None = None) -> Path:
     folder = parent / name
     folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text(alias_bomb(name))
+    (folder / "SKILL.md").write_text(alias_bomb(name) if text is None else text)
     return folder
 
 
@@ -47,8 +52,26 @@ def test_fleet_skills_add_refuses_an_alias_bomb_in_a_short_message(
 
     result = CliRunner().invoke(app, ["skills", "add", str(bomb)])
     assert result.exit_code == 1
-    assert f"{bomb}/SKILL.md: the front matter is not valid YAML (line 3: anchors and aliases are not allowed" in (
+    assert f'{bomb}/SKILL.md: the front matter is not valid YAML (line 3: "anchors and aliases are not allowed' in (
         " ".join(result.stderr.split())
+    )
+    assert len(result.stderr) < MAX_MESSAGE_CHARS + len(str(bomb)), len(result.stderr)
+    assert not (tmp_path / "config" / "fleet" / "skills" / "bomb").exists()
+
+
+def test_fleet_skills_add_refuses_a_nesting_bomb_in_a_short_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("COLUMNS", "200")
+    bomb = write_bomb(tmp_path / "incoming", text=nesting_bomb("bomb"))
+
+    result = CliRunner().invoke(app, ["skills", "add", str(bomb)])
+    assert result.exit_code == 1, result.output
+    assert (
+        f"{bomb}/SKILL.md: the front matter is not valid YAML (line 3: 'lists and mappings nest more than 32 deep')"
+        in " ".join(result.stderr.split())
     )
     assert len(result.stderr) < MAX_MESSAGE_CHARS + len(str(bomb)), len(result.stderr)
     assert not (tmp_path / "config" / "fleet" / "skills" / "bomb").exists()
@@ -57,8 +80,16 @@ def test_fleet_skills_add_refuses_an_alias_bomb_in_a_short_message(
 @pytest.mark.parametrize(
     ("front_matter", "says"),
     [
-        ("name: x\ndescription: *nowhere", "line 3: anchors and aliases are not allowed (found an alias: 'nowhere')"),
-        ("name: x\ndescription: &d fine", "line 3: anchors and aliases are not allowed (found an anchor: 'd')"),
+        ("name: x\ndescription: *nowhere", "line 3: \"anchors and aliases are not allowed (found an alias: 'nowhere')"),
+        ("name: x\ndescription: &d fine", "line 3: \"anchors and aliases are not allowed (found an anchor: 'd')"),
+        (
+            "name: x\ndescription: " + "{a: " * 40 + "1" + "}" * 40,
+            "line 3: 'lists and mappings nest more than 32 deep'",
+        ),
+        (
+            "name: x\ndescription: !" + "t" * 10_000 + " y",
+            "line 3: \"could not determine a constructor for the tag '!ttt",
+        ),
         ("name: x\ndescription: [" + "'y' , " * 2000 + "]", "'description' must be a string, not a list; quote it"),
         ("name: " + "X" * 10_000 + "\ndescription: d", "'name' 'XXXXXXXXXXXX"),
         ("name: x\ndescription: " + "1" * 5000, "holds a value that cannot be read ('Exceeds the limit"),
@@ -82,24 +113,37 @@ def test_a_usual_front_matter_still_loads() -> None:
 
 
 @pytest.mark.anyio
-async def test_every_turn_with_an_alias_bomb_among_the_skills_stores_a_short_warning(
-    service: FleetService, model_server: ScriptedModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("bomb", "warning"),
+    [
+        (alias_bomb("bomb"), "line 3: \"anchors and aliases are not allowed (found an anchor: 'l0')\""),
+        (nesting_bomb("bomb"), "line 3: 'lists and mappings nest more than 32 deep'"),
+    ],
+    ids=["aliases", "nesting"],
+)
+async def test_every_turn_with_a_yaml_bomb_among_the_skills_stores_a_short_warning(
+    service: FleetService,
+    model_server: ScriptedModelServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    bomb: str,
+    warning: str,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     skills = tmp_path / ".fleet" / "skills"
-    write_bomb(skills)
+    write_bomb(skills, text=bomb)
     write_skill(skills, "notes", "Meeting notes.")
     await service.create_session(name="s")
     for _ in range(2):
         model_server.script("root", rlm_step("Done.", "SUBMIT(answer='ok')"))
         turn, _ = await service.submit_turn("s", TurnSubmission(message="x"))
-        assert (await service.wait_for_turn(turn.id)).status == "completed"
+        done = await service.wait_for_turn(turn.id)
+        assert done.status == "completed", done.error
         events = await service.store.events_after(turn.id)
         warnings = [str(e.data["message"]) for e in events if e.type is EventType.WARNING]
         assert [w for w in warnings if w.startswith("project skill bomb/SKILL.md: ")] == [
-            "project skill bomb/SKILL.md: the front matter is not valid YAML "
-            "(line 3: anchors and aliases are not allowed (found an anchor: 'l0'))"
+            f"project skill bomb/SKILL.md: the front matter is not valid YAML ({warning})"
         ]
         assert sum(len(w) for w in warnings) < MAX_MESSAGE_CHARS * len(warnings)
     assert "- notes:" in str(model_server.model.requests_for("root")[-1]["messages"])  # the others still load

@@ -3,7 +3,7 @@
 The same format as other agent-skill tools use, so their skills work here: ``name`` and
 ``description`` are required strings; other keys (``license``, ``metadata``, ...) are allowed and
 ignored. Parsing is strict: PyYAML's safe loader (no tags that build objects), duplicate keys,
-anchors and aliases refused, the block bounded in size, and every error names the file, the line
+anchors and aliases refused, nesting and the block bounded in size, and every error names the file, the line
 where YAML can tell it, and what is wrong (quoting the file's text only in short, escaped).
 """
 
@@ -22,6 +22,9 @@ FENCE = "---"
 MAX_FRONT_MATTER_CHARS = 16_384
 MAX_NAME_CHARS = 64
 MAX_DESCRIPTION_CHARS = 1024
+MAX_NESTING = 32
+"""How deep lists and mappings may nest in a front matter: composing recurses once a level, so a few
+KB of ``[`` would exhaust Python's stack."""
 NAME_PATTERN = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
 NAME_RULE = "lowercase letters, digits and single '-' or '_' between them, at most 64 characters"
 
@@ -46,19 +49,28 @@ class SkillHeader:
 
 class _StrictLoader(yaml.SafeLoader):
     """The safe loader, refusing a mapping that repeats a key (YAML allows it, silently keeping the
-    last) and any anchor or alias: a front matter needs none, and a few hundred bytes of aliases
-    nested in each other stand for a structure too large to hold or print (a "billion laughs")."""
+    last), any anchor or alias (a front matter needs none, and a few hundred bytes of aliases nested
+    in each other stand for a structure too large to hold or print: a "billion laughs"), and lists or
+    mappings nested deeper than :data:`MAX_NESTING`."""
+
+    _depth = 0
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+        mark = event.start_mark if isinstance(event.start_mark, yaml.error.Mark) else None
         anchor = getattr(event, "anchor", None)
         if anchor is not None:
             what = "an alias" if isinstance(event, yaml.AliasEvent) else "an anchor"
-            mark = event.start_mark if isinstance(event.start_mark, yaml.error.Mark) else None
             raise yaml.composer.ComposerError(
                 None, None, f"anchors and aliases are not allowed (found {what}: {quoted(anchor, 40)})", mark
             )
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_NESTING:
+            raise yaml.composer.ComposerError(None, None, f"lists and mappings nest more than {MAX_NESTING} deep", mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -124,10 +136,12 @@ def _load(block: str, where: str) -> dict[str, Any]:
         mark = exc.problem_mark or exc.context_mark
         at = f"line {mark.line + 2}: " if mark is not None else ""  # +1: 0-based, +1: the opening fence
         raise SkillFormatError(
-            where, f"the front matter is not valid YAML ({at}{exc.problem or exc.context})"
+            where, f"the front matter is not valid YAML ({at}{quoted(exc.problem or exc.context or '', 200)})"
         ) from None
     except yaml.YAMLError as exc:
         raise SkillFormatError(where, f"the front matter is not valid YAML ({quoted(str(exc), 200)})") from None
+    except RecursionError:  # what MAX_NESTING stops; should any other path of PyYAML's recurse as deep
+        raise SkillFormatError(where, "the front matter nests too deep to read") from None
     except ValueError as exc:  # a value YAML cannot convert: an integer of more than 4300 digits
         raise SkillFormatError(
             where, f"the front matter holds a value that cannot be read ({quoted(str(exc))})"
