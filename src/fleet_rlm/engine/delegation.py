@@ -321,7 +321,7 @@ class ChildRun:
                     copied = budget.copy(
                         entry.rel, partial(_copy_hashed, source, entry.rel, target, path), itemgetter(1)
                     )
-                except UnsafeEntry as exc:  # replaced by a link or a special file since it was listed
+                except UnsafeEntry as exc:  # the child's file, replaced by a link or a special file since listed
                     source.skipped.append(Skipped(exc.rel, exc.what))
                     continue
                 if copied is None:
@@ -359,7 +359,7 @@ class ChildRun:
 
 
 def _reason(exc: BaseException) -> str:
-    return exc.strerror if isinstance(exc, UnsafeEntry) and exc.strerror else str(exc)
+    return exc.strerror if isinstance(exc, UnsafeEntry | _ParentRefused) and exc.strerror else str(exc)
 
 
 def _child_failure(exc: BaseException, budget: TurnBudget) -> dict[str, str]:
@@ -374,9 +374,17 @@ def _child_failure(exc: BaseException, budget: TurnBudget) -> dict[str, str]:
     return {"status": "failed", "error": one_line(exc)}
 
 
+class _ParentRefused(OSError):
+    """The parent's tree refused a write (a link its code planted on the way): the promotion stops,
+    unlike a child's file refused on its own, which is skipped."""
+
+
 def _copy_hashed(source: SafeTree, rel: str, target: SafeTree, path: str, limit: int) -> tuple[str, int]:
     """Copy ``rel`` of ``source`` to ``path`` of ``target``, at most ``limit`` bytes; its sha256 and size."""
     with source.open_bounded(rel, limit) as handle:
         reader = HashingReader(handle)
-        size = target.write(path, reader)
+        try:
+            size = target.write(path, reader)
+        except UnsafeEntry as exc:
+            raise _ParentRefused(exc.errno, exc.strerror) from exc
     return reader.sha256, size
