@@ -2,13 +2,16 @@
 
 It runs on the sub-model (the cheaper model for small judgements; the root's when none is set),
 sees the message, the end of the session history and the start of the workspace manifest, and
-answers with a route and a one-sentence reason. It never retries through another adapter: a
-reply that is not a route is an error the caller turns into the ``rlm`` fallback.
+answers with a route and a one-sentence reason. The route is read leniently (:func:`route_of`: case,
+quotes, markdown emphasis, whitespace and a trailing period do not matter). It never retries through
+another adapter: a reply that is not a route is an error the caller turns into the ``rlm`` fallback.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import cast, get_args
 
 import dspy
 
@@ -34,8 +37,28 @@ class TriageRoute(dspy.Signature):  # type: ignore[misc]
     message: str = dspy.InputField(desc="The person's new message.")
     history: str = dspy.InputField(desc="The end of the conversation so far.")
     workspace: str = dspy.InputField(desc="The start of the workspace file list.")
-    route: Route = dspy.OutputField()
+    route: str = dspy.OutputField(desc="One of: direct, flex, rlm.")
     reason: str = dspy.OutputField(desc="Why, in one short sentence.")
+
+
+ROUTE_NAMES: tuple[str, ...] = get_args(Route)
+_WRAPPING = re.compile(r"""^[\s"'`*_]+|[\s"'`*_.!]+$""")
+
+
+class NotARoute(ValueError):
+    """The triage reply's route is not one of the routes, however leniently read."""
+
+
+def route_of(text: str) -> Route:
+    """The route a label names, on its first line: ``rlm``, ``"RLM".``, ``**Flex**``, `` `direct` `` and
+    ``Route: rlm`` are all routes."""
+    lines = str(text).strip().splitlines() or [""]
+    label = _WRAPPING.sub("", lines[0]).lower()
+    if label.startswith("route:"):
+        label = _WRAPPING.sub("", label.removeprefix("route:"))
+    if label not in ROUTE_NAMES:
+        raise NotARoute(f"the triage reply's route {str(text)[:60]!r} is not one of {', '.join(ROUTE_NAMES)}")
+    return cast(Route, label)
 
 
 @dataclass(frozen=True)
@@ -56,4 +79,4 @@ def triage(ctx: RouteContext) -> TriageVerdict:
             workspace=str(ctx.inputs["workspace"])[:MANIFEST_CHARS],
         )
     reason = " ".join(str(prediction.reason or "").split()) or "no reason given"
-    return TriageVerdict(route=prediction.route, reason=reason)
+    return TriageVerdict(route=route_of(prediction.route), reason=reason)
