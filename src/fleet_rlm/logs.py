@@ -55,18 +55,30 @@ class FailureLog:
             self._failing_since = None
 
 
-def log_to_file(settings: Settings, name: str = "fleet.log") -> Path:
-    """Send the root logger and DSPy's loggers to a file under ``settings.logs_dir``; return its path."""
+LIBRARY_LOGGERS = ("dspy", "LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+"""Loggers that libraries give handlers of their own (to stderr); :func:`log_to_file` takes them away."""
+
+
+def log_to_file(settings: Settings, name: str = "fleet.log", *, verbose: bool = False) -> Path:
+    """Send the root logger and the libraries' loggers to a file under ``settings.logs_dir``; return its
+    path. ``verbose``: to standard error as well (``fleet run --verbose``)."""
     settings.logs_dir.mkdir(parents=True, exist_ok=True)
     path = settings.logs_dir / name
+    formatter = logging.Formatter(LOG_FORMAT)
     handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setFormatter(formatter)
+    handlers: list[logging.Handler] = [handler]
+    if verbose:
+        screen = logging.StreamHandler(sys.stderr)
+        screen.setFormatter(formatter)
+        handlers.append(screen)
     root = logging.getLogger()
-    root.handlers = [handler]
+    root.handlers = handlers
     root.setLevel(logging.INFO)
-    dspy_logger = logging.getLogger("dspy")
-    dspy_logger.handlers = []
-    dspy_logger.propagate = True
+    for library in LIBRARY_LOGGERS:
+        logger = logging.getLogger(library)
+        logger.handlers = []
+        logger.propagate = True
     return path
 
 

@@ -60,6 +60,9 @@ def run(
     ] = None,
     session: Annotated[str | None, typer.Option(help="With --url: the session (id or name) to run in.")] = None,
     token: Annotated[str | None, typer.Option(envvar="FLEET_API_TOKEN", help="With --url: bearer token.")] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Also print the libraries' log lines (DSPy, LiteLLM) to stderr.")
+    ] = False,
 ) -> None:
     """Run one task over some files and print the answer and the artifacts written."""
     if url:
@@ -108,6 +111,7 @@ def run(
         files=list(file or []),
         workspace_dir=workspace,
         as_json=as_json,
+        verbose=verbose,
         context_paths=list(context or []),
         mode=mode,
     )

@@ -45,6 +45,7 @@ def run_local(
     as_json: bool,
     context_paths: list[str],
     mode: str | None,
+    verbose: bool = False,
 ) -> int:
     """Run one turn in this process; returns the exit code.
 
@@ -52,7 +53,7 @@ def run_local(
     files where the host can); when it has ended and its sandboxes are gone, what it changed is
     copied back, owned by whoever runs ``fleet run``.
     """
-    log_to_file(settings)
+    log_to_file(settings, verbose=verbose)
     turn_id = new_id("turn")
     home = prepare_workspace(settings, workspace_dir, files, turn_id)
     console = Console(highlight=False)
