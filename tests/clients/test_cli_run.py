@@ -104,3 +104,20 @@ def test_an_incomplete_turn_exits_4_and_failed_code_is_shown_under_it(
     assert result.stdout.count("✗ ZeroDivisionError: division by zero (line 2)") == 4
     assert "◐ turn incomplete: the same code failed the same way 4 times in a row" in result.stdout
     assert result.stderr.strip().splitlines()[-1].startswith("fleet: incomplete: the same code failed")
+
+
+def test_library_log_lines_reach_the_screen_only_with_verbose(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    env = model_env(model_server)
+    step = rlm_step("Look.", "print('looked')")
+    extract = fields_reply(answer="looked at it")
+    model_server.script("root", step, extract)
+    quiet = fleet(["run", "Look", "--max-iterations", "1"], tmp_path, env)
+    assert quiet.returncode == 3, quiet.stderr  # extracted, so unverified
+    assert "RLM reached max iterations" not in quiet.stdout + quiet.stderr
+
+    model_server.script("root", step, extract)
+    loud = fleet(["run", "Look", "--max-iterations", "1", "--verbose"], tmp_path, env)
+    assert loud.returncode == 3, loud.stderr
+    assert "RLM reached max iterations" in loud.stderr and "RLM reached" not in loud.stdout

@@ -36,6 +36,25 @@ def parameters(function: Any) -> list[str]:
     return list(inspect.signature(function).parameters)
 
 
+def test_the_rlm_iteration_hooks_fleet_overrides() -> None:
+    assert dspy_compat.AdapterParseError is internal("dspy.utils.exceptions", "AdapterParseError")
+    expect(issubclass(dspy_compat.AdapterParseError, Exception), "AdapterParseError", "an exception")
+    for name in dspy_compat.RLM_ITERATION_HOOKS:
+        expect(hasattr(dspy.RLM, name), f"dspy.RLM.{name}", "the method")
+    for name in ("_execute_iteration", "_aexecute_iteration"):
+        expect(
+            parameters(getattr(dspy.RLM, name))[:5] == ["self", "repl", "variables", "history", "iteration"],
+            f"dspy.RLM.{name}",
+            "(repl, variables, history, iteration, ...)",
+        )
+    for name in ("_extract_fallback", "_aextract_fallback"):
+        expect(
+            parameters(getattr(dspy.RLM, name)) == ["self", "variables", "history", "output_field_names"],
+            f"dspy.RLM.{name}",
+            "(variables, history, output_field_names)",
+        )
+
+
 def test_usage_tracker() -> None:
     tracker = internal("dspy.utils.usage_tracker", "UsageTracker")
     assert dspy_compat.UsageTracker is tracker

@@ -120,7 +120,7 @@ def test_the_same_output_twice_from_the_same_code_is_met_with_advice_to_submit(h
     assert (run.outcome.status, run.outcome.answer) == ("completed", "3")
     requests = harness.server.model.requests_for("root")
     assert "[Fleet] This same code" not in prompt_text(requests[1])
-    assert "[Fleet] This same code has now run 2 times in a row and printed the same output" in prompt_text(requests[2])
+    assert "[Fleet] This same code has now run 2 times in a row with the same effect" in prompt_text(requests[2])
     assert "call SUBMIT" in prompt_text(requests[3])
 
 

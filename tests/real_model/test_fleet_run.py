@@ -1,9 +1,9 @@
 """``fleet run`` against a real local model: the turn ends within its budget and keeps the event contract.
 
-The small model answers a direct question but does not follow DSPy's RLM format: it repeats the
-instructions instead of writing code, so its RLM turn fails at once (the reply does not parse) or runs
-into its deadline writing on; the large model writes code for the sandbox. For now either may end either way; each turn's outcome, time, speed and
-answer are listed in the run's summary.
+The small model answers a direct question but often does not follow DSPy's RLM format: it repeats the
+instructions instead of writing code (a reply that does not parse, which the turn goes on from) or runs
+into its deadline writing on; the large model writes code for the sandbox. Each turn's outcome, time,
+speed and answer are listed in the run's summary.
 """
 
 from __future__ import annotations
@@ -95,6 +95,22 @@ def test_an_rlm_turn_of_the_small_model_ends_with_a_reason_or_an_answer(
 ) -> None:
     _, record = rlm_csv_turn(small_model, tmp_path, SMALL_RLM_TIMEOUT, SMALL_MAX_TOKENS)
     record_turn.append(record)
+
+
+@pytest.mark.timeout(SMALL_RLM_TIMEOUT + 60)
+def test_replies_that_do_not_parse_do_not_end_the_turn(
+    small_model: RealModelServer, tmp_path: Path, record_turn: list[TurnRecord]
+) -> None:
+    """Replies cut off at a few tokens can never reach the ``code`` field: each one is an observation, the
+    turn goes on, and it ends incomplete (no code ever ran), never failed by a parse error."""
+    events, record = rlm_csv_turn(small_model, tmp_path, SMALL_RLM_TIMEOUT, max_tokens=12)
+    record_turn.append(record)
+    told = [e for e in events if e["type"] == "warning" and "did not follow the format" in str(e["data"])]
+    iterations = [e for e in events if e["type"] == "iteration.started"]
+    assert len(told) >= 2 and len(iterations) >= 2, record
+    last = events[-1]
+    assert last["type"] == "turn.incomplete", record
+    assert "could not be read" in str(last["data"]), record
 
 
 def large_model_deadline(pace: Speed, calls: int, read: int, written: int) -> int:

@@ -108,7 +108,11 @@ class BudgetSettings(BaseModel):
         "before the model is told to change course (or to submit).",
     )
     loop_guard_stop_after: int = Field(
-        default=4, ge=1, description="Identical failures of the same code in a row that end the turn as incomplete."
+        default=4,
+        ge=1,
+        description="Identical failures of the same code in a row that end the turn as incomplete; also identical "
+        "runs (same output, same files written), or replies that could not be read, in a row that end the loop "
+        "through the extract step.",
     )
     max_depth: int = Field(default=2, ge=0, description="How deep child agents may nest; 0 disables delegation.")
     max_children_per_turn: int = Field(default=16, ge=0, description="Child agents one turn may start, all levels.")

@@ -277,6 +277,7 @@ class ChildRun:
             guard=self.trace.guard,
             on_extract=self.trace.mark_extracted,
             skills=self.delegation.skills.listing,
+            recovery=self.trace.recovery(),
         )
         inputs = {
             "task": Text(self.task),

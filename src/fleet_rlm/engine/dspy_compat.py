@@ -21,6 +21,7 @@ try:
     from dspy.primitives.facade import SIGNATURE_MARKER as _SIGNATURE_MARKER
     from dspy.primitives.facade import SandboxLM as _SandboxLM
     from dspy.utils.constants import IS_TYPE_UNDEFINED as _IS_TYPE_UNDEFINED
+    from dspy.utils.exceptions import AdapterParseError as _AdapterParseError
     from dspy.utils.usage_tracker import UsageTracker as _UsageTracker
 except ImportError as exc:  # pragma: no cover - only on a DSPy upgrade
     raise ImportError(
@@ -31,7 +32,9 @@ __all__ = [
     "CALL_TOOL",
     "CONSTRUCT_TOOL",
     "IS_TYPE_UNDEFINED",
+    "RLM_ITERATION_HOOKS",
     "SIGNATURE_MARKER",
+    "AdapterParseError",
     "SandboxLM",
     "UsageTracker",
     "adapter_call_origin",
@@ -40,6 +43,15 @@ __all__ = [
     "process_wide_setting",
     "strip_code_fences",
 ]
+
+AdapterParseError = _AdapterParseError
+"""``dspy.utils.exceptions.AdapterParseError``: what an adapter raises for a reply it cannot read (its
+``signature``, ``lm_response`` and ``parsed_result``); Fleet's RLM turns it into an observation."""
+
+RLM_ITERATION_HOOKS = ("_execute_iteration", "_aexecute_iteration", "_extract_fallback", "_aextract_fallback")
+"""``dspy.RLM``'s methods ``FleetRLM`` overrides or calls: ``_execute_iteration(repl, variables, history,
+iteration, ...)`` (and its async twin) returning a Prediction or the next history, and
+``_extract_fallback(variables, history, output_field_names)`` (and its async twin)."""
 
 UsageTracker = _UsageTracker
 """``dspy.utils.usage_tracker.UsageTracker``: the base of ``engine.usage.TurnUsage``. DSPy hands every

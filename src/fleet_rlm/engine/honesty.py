@@ -4,7 +4,11 @@
   ``warn_after`` times in a row, the model is told so plainly; after ``stop_after`` the loop ends
   with :class:`LoopStopped`, and the turn is ``incomplete``. When the same code succeeds with the same
   output ``warn_after`` times in a row (a small model that found its answer and runs it again instead
-  of submitting), the model is told to submit it or change course.
+  of submitting), the model is told to submit it or change course; after ``stop_after`` such runs the
+  loop ends through the extract step (:class:`RepeatedWork`), answering from that work (unverified).
+- A reply of the model that does not follow the field format is not the end of the turn: the
+  model is told what was wrong and tries the iteration again; after ``stop_after`` such replies in a
+  row the loop ends through the extract step too (:mod:`fleet_rlm.engine.malformed`).
 - :class:`GuardedExtract` is the RLM's extract step: when the iteration budget runs out without a
   single execution that succeeded, it refuses to extract (:class:`NothingComputed`), so the turn is
   ``incomplete`` instead of presenting an answer made up from errors.
@@ -34,6 +38,11 @@ class LoopStopped(TurnIncomplete):
 
 class NothingComputed(TurnIncomplete):
     """The iteration budget ran out and not one execution succeeded."""
+
+
+class RepeatedWork(Exception):
+    """The same code ran to the same output too many times in a row: the loop ends through the extract
+    step, which answers from that work. The message says why, for the turn's warning and reason."""
 
 
 def incomplete_in(exc: BaseException) -> TurnIncomplete | None:
@@ -67,6 +76,15 @@ UNVERIFIED_REASON = (
     "the iteration budget ran out before the model submitted an answer; this answer was extracted from "
     "the work so far and was not checked by running code"
 )
+
+
+def extracted_reason(early_end: str | None) -> str:
+    """Why an extracted answer is unverified: the iteration budget ran out, or the loop was ended early
+    (``early_end`` says why: the same work repeated, replies that could not be read)."""
+    if early_end is None:
+        return UNVERIFIED_REASON
+    return f"{early_end}; this answer was extracted from the work so far and was not checked by running code"
+
 
 MODULE_UNVERIFIED_REASON = (
     "the flex module's model read the input files' text and answered in one pass; no code computed or "
@@ -132,34 +150,43 @@ class LoopGuard:
     last_error: str | None = None
     _attempt: tuple[str, str] | None = None
     _repeats: int = 0
-    _run: tuple[str, str] | None = None
+    _run: tuple[str, str, frozenset[str]] | None = None
     _run_repeats: int = 0
+    _malformed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def from_settings(cls, budget: BudgetSettings) -> LoopGuard:
         return cls(warn_after=budget.loop_guard_warn_after, stop_after=budget.loop_guard_stop_after)
 
-    def success(self, code: str, output: str) -> int:
-        """Record a successful execution; returns how many times in a row this code printed this output."""
-        run = (normalized_code(code), output)
+    def success(self, code: str, output: str, files: frozenset[str] = frozenset()) -> int:
+        """Record a successful execution: its printed ``output``, and ``files``, the workspace files changed
+        so far with their sizes. Returns how many times in a row this code had this effect."""
+        run = (normalized_code(code), output, files)
         with self._lock:
             self.succeeded += 1
-            self._attempt, self._repeats = None, 0
+            self._attempt, self._repeats, self._malformed = None, 0, 0
             self._run_repeats = self._run_repeats + 1 if run == self._run else 1
             self._run = run
             return self._run_repeats
 
     def repeat_advice(self, repeats: int) -> str | None:
-        """What the model is told after its output, when it ran the same code to the same output again."""
+        """What the model is told after its output, when it ran the same code to the same effect again;
+        raises RepeatedWork past the limit."""
+        if repeats >= self.stop_after:
+            raise RepeatedWork(
+                f"the same code ran {repeats} times in a row with the same effect instead of submitting its "
+                "result, so the turn answered from that work"
+            )
         if repeats < self.warn_after:
             return None
         return (
-            f"[Fleet] This same code has now run {repeats} times in a row and printed the same output each "
-            "time; running it again will print it again. If that output answers the task, call SUBMIT now, as "
-            "the only line of your next code, with the answer written from the variables that hold the "
+            f"[Fleet] This same code has now run {repeats} times in a row with the same effect (the same "
+            "output, the same files written); running it again will do the same again. If that output "
+            "answers the task, call SUBMIT now, as the only line of your next code, with the answer written from the variables that hold the "
             'result, for example SUBMIT(answer=f"The total is {total}.") where total holds it. If the output '
-            "does not answer the task, change the code."
+            f"does not answer the task, change the code. After {self.stop_after} such runs the turn answers "
+            "from this work."
         )
 
     def failure(self, code: str, error_type: str, message: str) -> int:
@@ -171,8 +198,14 @@ class LoopGuard:
             self.last_error = f"{error_type}: {said}" if said else error_type
             self._repeats = self._repeats + 1 if attempt == self._attempt else 1
             self._attempt = attempt
-            self._run, self._run_repeats = None, 0
+            self._run, self._run_repeats, self._malformed = None, 0, 0
             return self._repeats
+
+    def malformed(self) -> int:
+        """Record a reply of the model that could not be read (nothing ran); returns how many in a row."""
+        with self._lock:
+            self._malformed += 1
+            return self._malformed
 
     def advice(self, repeats: int) -> str | None:
         """What the model is told on top of the error, or None; raises LoopStopped past the limit."""

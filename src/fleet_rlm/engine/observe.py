@@ -21,6 +21,7 @@ from fleet_rlm.engine.budget import TurnBudget
 from fleet_rlm.engine.dspy_compat import strip_code_fences
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import LoopGuard
+from fleet_rlm.engine.program import LoopRecovery
 from fleet_rlm.engine.restart import SandboxRestarter, restart_observation
 from fleet_rlm.protocol.events import new_id
 from fleet_rlm.protocol.payloads import (
@@ -72,7 +73,10 @@ class TurnTrace:
         self.emitter = emitter
         self.guard = guard or LoopGuard(warn_after=2, stop_after=4)
         self.extracted = False
-        """True once the answer came from the extract step (the iteration budget ran out)."""
+        """True once the answer came from the extract step (the iteration budget ran out, or the loop was
+        ended early)."""
+        self.early_end: str | None = None
+        """Why the loop was ended through the extract step before its iteration budget ran out, if it was."""
         self.max_iterations = max_iterations
         self.root_span = root_span or emitter.root_span
         self.parent_span = parent_span
@@ -98,12 +102,25 @@ class TurnTrace:
     def mark_extracted(self) -> None:
         """The extract step is about to answer from the work so far: say so, the answer is unverified."""
         self.extracted = True
+        why = self.early_end or f"iteration budget of {self.max_iterations} reached"
         self.emit(
             TurnWarning(
-                message=f"iteration budget of {self.max_iterations} reached: the answer is extracted from the "
-                "work so far and was not checked by running code (unverified)"
+                message=f"{why}: the answer is extracted from the work so far and was not checked by running "
+                "code (unverified)"
             )
         )
+
+    def end_early(self, reason: str) -> None:
+        """The loop ends through the extract step before its budget ran out; ``reason`` says why."""
+        self.early_end = reason
+
+    def warn(self, message: str) -> None:
+        """A warning about the current iteration."""
+        self.emit_in_iteration(TurnWarning(message=message))
+
+    def recovery(self) -> LoopRecovery:
+        """How this loop goes on after a reply it cannot read, or ends early on repeated work."""
+        return LoopRecovery(self.guard, self.warn, self.end_early)
 
     def warn_skipped(self, tree: SafeTree, *, in_iteration: bool = False) -> None:
         """A warning for each link or special file the host met in ``tree`` and left alone (once each)."""
@@ -139,7 +156,7 @@ class RLMCallbacks(BaseCallback):  # type: ignore[misc]
                 span_id=trace.iteration_span,
                 parent_span_id=trace.root_span,
             )
-        elif instance is self.extract:
+        elif instance is self.extract and trace.early_end is None:
             trace.emit(BudgetExhausted(budget="iterations", limit=trace.max_iterations, used=trace.iteration))
 
     def on_module_end(self, call_id: str, outputs: Any | None, exception: Exception | None = None) -> None:
@@ -175,7 +192,7 @@ class TurnObserver:
         )
 
     def warning(self, message: str) -> None:
-        self.trace.emit_in_iteration(TurnWarning(message=message))
+        self.trace.warn(message)
 
 
 class ObservedSandbox:
@@ -191,7 +208,7 @@ class ObservedSandbox:
         self,
         inner: Sandbox,
         trace: TurnTrace,
-        after_execute: Callable[[], None],
+        after_execute: Callable[[], frozenset[str]],
         guard: BridgeGuard,
         restarter: SandboxRestarter | None = None,
     ) -> None:
@@ -227,6 +244,7 @@ class ObservedSandbox:
         own_code = trace.iteration > 0  # DSPy's setup executions come before the first iteration
         if not own_code and self._restarter is not None:
             self._restarter.record_setup(code, variables)
+        announced = False
         try:
             result = self._inner.execute(code, variables)
         except SandboxCrashed as crash:
@@ -248,13 +266,15 @@ class ObservedSandbox:
             raise
         else:
             if own_code:
-                repeats = trace.guard.success(code, result if isinstance(result, str) else repr(result))
-                advice = trace.guard.repeat_advice(repeats)
+                files, announced = self._after_execute(), True
+                output = result if isinstance(result, str) else repr(result)
+                advice = trace.guard.repeat_advice(trace.guard.success(code, output, files))
                 if advice is not None and isinstance(result, str):
                     return f"{result}\n\n{advice}" if result else advice
             return result
         finally:
-            self._after_execute()
+            if not announced:
+                self._after_execute()
 
     def _bridged_tools(self) -> dict[str, Callable[..., Any]]:
         return self._guard.bridge(self.tools)
@@ -278,7 +298,7 @@ def observed_sandboxes(
     *,
     budget: TurnBudget,
     on_create: Callable[[Sandbox], None],
-    after_execute: Callable[[], None] = lambda: None,
+    after_execute: Callable[[], frozenset[str]] = frozenset,
 ) -> SandboxFactory:
     """The sandbox factory of one RLM loop (a turn's or a child agent's): ``budget`` may refuse a
     sandbox (a cancelled or timed-out turn) and bounds restarts after crashes, ``on_create``

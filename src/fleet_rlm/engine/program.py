@@ -12,8 +12,10 @@ from typing import Any
 import dspy
 
 from fleet_rlm.engine.bridge.allowlist import sub_agent_guidance
-from fleet_rlm.engine.honesty import GuardedExtract, LoopGuard
+from fleet_rlm.engine.dspy_compat import AdapterParseError
+from fleet_rlm.engine.honesty import GuardedExtract, LoopGuard, NothingComputed, RepeatedWork
 from fleet_rlm.engine.inputs import Text
+from fleet_rlm.engine.malformed import NOTHING_RAN, malformed_observation, malformed_warning
 from fleet_rlm.protocol.ids import BUILTIN_PROGRAM_VERSION
 
 
@@ -116,8 +118,62 @@ _built: dict[tuple[object, ...], tuple[_Signatures, dict[str, str]]] = {}
 _built_lock = threading.Lock()
 
 
+@dataclass
+class LoopRecovery:
+    """How one RLM loop goes on where DSPy's would stop: a reply that could not be read becomes an
+    observation (``warn`` reports it), and the loop ends through the extract step (``end_early`` is told
+    why first) after ``guard.stop_after`` such replies in a row, or when the guard sees the same work
+    repeated (:class:`RepeatedWork`)."""
+
+    guard: LoopGuard
+    warn: Callable[[str], None]
+    end_early: Callable[[str], None]
+
+    def recover(self, error: Exception, history: Any) -> Any | None:
+        """The history to go on with, or None to end the loop through the extract step."""
+        if isinstance(error, RepeatedWork):
+            self.end_early(str(error))
+            return None
+        fields = list(error.signature.output_fields) if isinstance(error, AdapterParseError) else []
+        in_a_row = self.guard.malformed()
+        self.warn(malformed_warning(error, fields))
+        if in_a_row >= self.guard.stop_after:
+            why = f"{in_a_row} replies of the model in a row could not be read"
+            if self.guard.succeeded == 0:
+                raise NothingComputed(f"{why} and no code ran successfully") from error
+            self.end_early(why)
+            return None
+        observation = malformed_observation(error, fields, in_a_row, self.guard.stop_after)
+        return history.append(reasoning="(the reply could not be read)", code=NOTHING_RAN, output=observation)
+
+
 class FleetRLM(dspy.RLM):  # type: ignore[misc]
-    """``dspy.RLM`` telling the model about the sub-agents Fleet's bridge builds, not DSPy's full set."""
+    """``dspy.RLM`` telling the model about the sub-agents Fleet's bridge builds, not DSPy's full set, and
+    going on after a reply it cannot read (:class:`LoopRecovery`)."""
+
+    recovery: LoopRecovery | None = None
+
+    def _execute_iteration(self, repl: Any, variables: Any, history: Any, iteration: int, *rest: Any) -> Any:
+        try:
+            return super()._execute_iteration(repl, variables, history, iteration, *rest)
+        except (AdapterParseError, RepeatedWork) as error:
+            if self.recovery is None:
+                raise
+            going_on = self.recovery.recover(error, history)
+        if going_on is not None:
+            return going_on
+        return self._extract_fallback(variables, history, list(self.signature.output_fields))
+
+    async def _aexecute_iteration(self, repl: Any, variables: Any, history: Any, iteration: int, *rest: Any) -> Any:
+        try:
+            return await super()._aexecute_iteration(repl, variables, history, iteration, *rest)
+        except (AdapterParseError, RepeatedWork) as error:
+            if self.recovery is None:
+                raise
+            going_on = self.recovery.recover(error, history)
+        if going_on is not None:
+            return going_on
+        return await self._aextract_fallback(variables, history, list(self.signature.output_fields))
 
     def _build_signatures(self) -> _Signatures:
         """``dspy.RLM``'s action and extract signatures, with Fleet's sub-agent guidance in place of DSPy's
@@ -181,9 +237,11 @@ def build_rlm(
     on_extract: Callable[[], None] | None = None,
     skills: Sequence[tuple[str, str]] = (),
     program: ProgramSpec | None = None,
+    recovery: LoopRecovery | None = None,
 ) -> FleetRLM:
     """Fleet's ``dspy.RLM``. With ``guard``, its extract step refuses to answer when no code ever
-    ran successfully, and calls ``on_extract`` before it answers from the work so far. ``skills``
+    ran successfully, and calls ``on_extract`` before it answers from the work so far; with
+    ``recovery``, a reply that cannot be read or repeated work do not end it. ``skills``
     (name, description) are listed in the instructions; ``program`` (the served one) may replace the
     task and extract instructions."""
     program = program or ProgramSpec()
@@ -198,6 +256,7 @@ def build_rlm(
         tools=tools,
     )
     program.apply_extract(rlm)
+    rlm.recovery = recovery
     if guard is not None:
         rlm.extract = GuardedExtract(rlm.extract.signature, guard, on_extract)
     return rlm

@@ -27,10 +27,10 @@ from fleet_rlm.engine.delegation import Delegation
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import (
     MODULE_UNVERIFIED_REASON,
-    UNVERIFIED_REASON,
     LoopGuard,
     could_not_compute,
     direct_unverified_reason,
+    extracted_reason,
     incomplete_in,
 )
 from fleet_rlm.engine.inputs import Text
@@ -336,9 +336,8 @@ class Turn:
         answer = run_route(ctx, choice)
         self.budget.check_alive()
         if self.trace.extracted:
-            return TurnOutcome(
-                TurnStatus.COMPLETED, answer, answer_source="extracted", unverified_reason=UNVERIFIED_REASON
-            )
+            why = extracted_reason(self.trace.early_end)
+            return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source="extracted", unverified_reason=why)
         source = ROUTE_ANSWER_SOURCE.get(choice.route, "submitted")
         if source == "module":
             return TurnOutcome(
@@ -402,19 +401,24 @@ class Turn:
 
     # -- results -------------------------------------------------------------------------------
 
-    def _announce_artifacts(self, refused: Collection[str] = ()) -> None:
+    def _announce_artifacts(self, refused: Collection[str] = ()) -> frozenset[str]:
         """Emit ``artifact.created`` for each new or changed artifact the host would copy out: a sparse one,
-        one past the turn's bound, or one ``refused`` by a copy already made is never announced."""
+        one past the turn's bound, or one ``refused`` by a copy already made is never announced. Returns
+        the files changed since the turn began, each with its size (what the loop guard compares)."""
         current = snapshot(self.tree)
         self.trace.warn_skipped(self.tree, in_iteration=True)
+        changed: set[str] = set()
         for path in changed_between(self._artifacts_before, current):
             facts = current.get(path)
+            if facts is not None:
+                changed.add(f"{path} ({facts[0]} bytes)")
             if facts is None or self._announced.get(path) == facts or path in refused:
                 continue
             if not copyable(self.tree, path, self._copy_out_limit):
                 continue
             self._announced[path] = facts
             self.trace.emit_in_iteration(ArtifactCreated(path=path, size=facts[0]))
+        return frozenset(changed)
 
     @property
     def _copy_out_limit(self) -> int:

@@ -26,6 +26,7 @@ def run_rlm(ctx: RouteContext) -> str:
         on_extract=ctx.trace.mark_extracted,
         skills=ctx.skills,
         program=ctx.program,
+        recovery=ctx.trace.recovery(),
     )
     callbacks = RLMCallbacks(ctx.trace, rlm.generate_action, rlm.extract)
     with ctx.lm_context(callbacks):
