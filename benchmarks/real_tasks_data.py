@@ -1,8 +1,9 @@
 """The tasks of ``real_tasks.py``: small jobs with known answers, on data generated from a fixed seed.
 
-Each task writes its input files (workspace paths under ``files/``) and checks an answer. The checks
-are lenient about form (any number in the answer may be the one asked for, thousands separators are
-read) and strict about value.
+Each task writes its input files (workspace paths under ``files/``) and checks an answer, and a task
+that asks for a file to be saved may be met by that file instead (``artifact``). The checks are lenient
+about form (any number in the answer may be the one asked for, thousands separators are read) and
+strict about value.
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ class Task:
     check: Callable[[str], bool]
     expected: str
     """The right answer, as a person would read it (for the report)."""
+    artifact: str | None = None
+    """The path (under the run's directory, e.g. ``artifacts/x.csv``) of a file the task asks to be saved."""
+    check_artifact: Callable[[str], bool] | None = None
+    """Whether the saved file's text holds the right answer."""
+
+    def passes(self, answer: str, artifact_text: str | None = None) -> bool:
+        """The answer is right, or the file the task asked for was saved with the right content."""
+        if self.check(answer):
+            return True
+        return self.check_artifact is not None and artifact_text is not None and self.check_artifact(artifact_text)
 
     @property
     def size(self) -> int:
@@ -83,6 +94,60 @@ def csv_top_region() -> Task:
         {"files/orders.csv": body},
         lambda answer: best in answer.lower() and has_number(answer, totals[best]),
         f"{best} {totals[best]}",
+    )
+
+
+CITIES = ("lisbon", "oslo", "lima", "osaka", "nairobi", "denver")
+
+
+def city_top() -> Task:
+    rng = _rng("city_top")
+    rows = [(rng.choice(CITIES), rng.randint(5, 900)) for _ in range(400)]
+    body = "order_id,city,amount\n" + "".join(f"{i},{city},{amount}\n" for i, (city, amount) in enumerate(rows, 1))
+    totals = {city: sum(a for c, a in rows if c == city) for city in CITIES}
+    best = max(totals, key=lambda city: totals[city])
+    return Task(
+        "city_top",
+        "csv aggregation",
+        "files/orders.csv lists orders with a city and an amount. Which city has the highest total order "
+        "amount, and what is that total? Answer with the city and the number.",
+        {"files/orders.csv": body},
+        lambda answer: best in answer.lower() and has_number(answer, totals[best]),
+        f"{best} {totals[best]}",
+    )
+
+
+def _totals_by_line(text: str, totals: dict[str, int]) -> bool:
+    """Every name is on a line of ``text`` that also holds its total (a CSV row, or a line of an answer)."""
+    lines = text.lower().splitlines()
+    return all(any(name in line and has_number(line, total) for line in lines) for name, total in totals.items())
+
+
+def revenue_artifact() -> Task:
+    """The README's main job, on data shaped like examples/sales.csv."""
+    rng = _rng("revenue_artifact")
+    rows = []
+    for day in range(1, 13):
+        for region in REGIONS:
+            for product in ("widget", "gadget"):
+                units = rng.randint(1, 40)
+                rows.append((f"2026-07-{day:02d}", region, product, units, units * (12 if product == "widget" else 19)))
+    body = "date,region,product,units,revenue\n" + "".join(",".join(map(str, row)) + "\n" for row in rows)
+    totals = {region: sum(row[4] for row in rows if row[1] == region) for region in REGIONS}
+
+    def check(answer: str) -> bool:
+        return all(name in answer.lower() for name in totals) and all(has_number(answer, t) for t in totals.values())
+
+    return Task(
+        "revenue_artifact",
+        "csv aggregation and an artifact",
+        "Calculate revenue by region from files/sales.csv and save artifacts/revenue_by_region.csv "
+        "(columns region, revenue). Answer with each region's revenue.",
+        {"files/sales.csv": body},
+        check,
+        ", ".join(f"{region} {total}" for region, total in totals.items()),
+        artifact="artifacts/revenue_by_region.csv",
+        check_artifact=lambda text: _totals_by_line(text, totals),
     )
 
 
@@ -222,6 +287,30 @@ def needle_count() -> Task:
     )
 
 
+SERVICES = ("auth", "payments", "search", "billing", "mailer")
+LEVELS = ("DEBUG", "INFO", "INFO", "INFO", "WARN", "ERROR")
+LOG_LINES = 30_000
+
+
+def log_count() -> Task:
+    rng = _rng("log_count")
+    lines = []
+    for i in range(LOG_LINES):
+        stamp = f"2026-11-{1 + i * 30 // LOG_LINES:02d}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
+        level, service = rng.choice(LEVELS), rng.choice(SERVICES)
+        lines.append(f"{stamp} {level} {service} request {rng.randint(1000, 99999)} took {rng.randint(1, 900)}ms\n")
+    count = sum(1 for line in lines if line.split()[1:3] == ["ERROR", "payments"])
+    return Task(
+        "log_count",
+        "count over a 30,000-line log",
+        "files/service.log is a log, one event per line: timestamp, level, service, message. How many lines "
+        "have level ERROR and service payments? Answer with the number.",
+        {"files/service.log": "".join(lines)},
+        lambda answer: has_number(answer, count, tolerance=0),
+        str(count),
+    )
+
+
 POSITIVE = (
     "Arrived early and works perfectly, very happy with it.",
     "Great quality, I would buy this again.",
@@ -306,11 +395,14 @@ TASKS: dict[str, Callable[[], Task]] = {
     for factory in (
         csv_total,
         csv_top_region,
+        city_top,
+        revenue_artifact,
         csv_mean_filtered,
         join_total,
         join_count,
         needle,
         needle_count,
+        log_count,
         classify,
         child_agents,
         word_problem,

@@ -57,3 +57,22 @@ def test_small_tasks_are_written_into_the_direct_routes_task() -> None:
     assert inline is not None and task.size <= INLINE_LIMIT
     assert inline.startswith(task.text)
     assert task.files["files/sales.csv"] in inline
+
+
+def test_the_revenue_task_is_met_by_its_answer_or_by_the_saved_csv() -> None:
+    task = TASKS["revenue_artifact"]()
+    totals = dict(pair.split() for pair in task.expected.split(", "))
+    right = "region,revenue\n" + "".join(f"{region.title()},{total}.0\n" for region, total in totals.items())
+    swapped = right.replace("North", "Tmp").replace("South", "North").replace("Tmp", "South")
+    assert task.passes("Saved the file.", right)
+    assert not task.passes("Saved the file.", swapped)  # every total, but on the wrong regions' rows
+    assert not task.passes("Saved the file.", right.splitlines()[0] + "\n" + right.splitlines()[1])  # one region
+    assert not task.passes("Saved the file.", None)
+    assert task.passes(" ".join(f"{region}: {int(total):,}" for region, total in totals.items()), None)
+
+
+def test_the_log_count_runs_over_thirty_thousand_lines() -> None:
+    task = TASKS["log_count"]()
+    lines = task.files["files/service.log"].splitlines()
+    assert len(lines) == 30_000
+    assert sum(1 for line in lines if " ERROR payments " in line) == int(task.expected)
