@@ -1,7 +1,9 @@
 """Answer quality on a real local model: small tasks with known answers through each route.
 
-Run: ``uv run python benchmarks/real_tasks.py [--model large|small] [--routes rlm,flex,direct,baseline]
-[--tasks name,...] [--repeats N] [--json out.json]``. Results of a run are recorded in docs/quality.md.
+Run: ``uv run python benchmarks/real_tasks.py [--model large|small]
+[--routes rlm,flex,direct,baseline,reference,minrlm] [--tasks name,...] [--repeats N] [--json out.json]``
+(the routes ``reference`` and ``minrlm`` need ``uv sync --group bench``). Results of a run are recorded
+in docs/quality.md.
 
 Every task (``real_tasks_data.py``) generates its files from a fixed seed into a fresh workspace and
 checks the answer. The routes:
@@ -12,7 +14,9 @@ checks the answer. The routes:
   into its task and the workspace has no files; otherwise the turn is run with the files and refused
   before any model call, which is reported as ``refused``;
 - ``baseline``: plain ``dspy.RLM("task -> answer")`` with ``dspy.LocalInterpreter`` (unisolated), the
-  same model, the same task text and iteration budget, run in a directory holding the same ``files/``.
+  same model, the same task text and iteration budget, run in a directory holding the same ``files/``;
+- ``reference`` and ``minrlm``: the reference RLM (``rlms``, its local REPL) and ``minrlm``, likewise
+  (``real_tasks_peers.py``).
 
 An answer counts as claimed when the turn completed and did not flag it as unverified (source
 ``submitted``, or ``direct`` stating no number it was not given; ``extracted`` and flex's ``module``
@@ -23,15 +27,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ import dspy
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from real_tasks_data import TASKS, Task
+from real_tasks_peers import PEERS, PeerConfig, working_directory
 
 from fleet_rlm.engine.turn import TurnOutcome, TurnRequest, build_turn
 from fleet_rlm.models.local import SPECS, RealModelServer
@@ -49,7 +51,7 @@ from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 
-ROUTES = ("rlm", "flex", "direct", "baseline")
+ROUTES = ("rlm", "flex", "direct", "baseline", *PEERS)
 CLAIMED = ("submitted", "direct")  # sources that may be claimed (extracted and module answers never are)
 OUTCOMES = ("submitted", "extracted", "direct", "module", "incomplete", "failed", "refused", "cancelled")
 
@@ -81,6 +83,8 @@ class Result:
     """The code the model ran and what it printed, cut short: to see where a route went wrong."""
     unverified: bool = False
     """The completed turn flagged its answer unverified."""
+    parse_failures: int | None = 0
+    """Runs that ended on a model reply the route could not parse; None where the route does not report it."""
 
     @property
     def wrong_but_claimed(self) -> bool:
@@ -114,7 +118,7 @@ def run_fleet(server: RealModelServer, task: Task, route: str, root: Path, limit
     turn = build_turn(settings, TurnRequest(task=text, workspace=workspace.root, mode=route), events.append)
     started = time.monotonic()
     outcome = asyncio.run(turn.run())
-    result = fleet_result(task, route, outcome, time.monotonic() - started)
+    result = fleet_result(task, route, outcome, time.monotonic() - started, artifact_text(task, workspace.root))
     result.trace = [line for event in events if (line := trace_line(event))]
     return result
 
@@ -130,7 +134,22 @@ def trace_line(event: Event) -> str | None:
     return None
 
 
-def fleet_result(task: Task, route: str, outcome: TurnOutcome, seconds: float) -> Result:
+def artifact_text(task: Task, root: Path) -> str | None:
+    """The file the task asked to be saved, as the run left it under ``root``, if it did."""
+    if task.artifact is None:
+        return None
+    try:
+        return (root / task.artifact).read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def parse_failed(error: str | None) -> int:
+    """1 when the run ended because DSPy could not parse a model reply."""
+    return int("AdapterParseError" in (error or ""))
+
+
+def fleet_result(task: Task, route: str, outcome: TurnOutcome, seconds: float, artifact: str | None = None) -> Result:
     usage = outcome.usage
     if outcome.status == "completed":
         kind = str(outcome.answer_source)
@@ -144,7 +163,7 @@ def fleet_result(task: Task, route: str, outcome: TurnOutcome, seconds: float) -
         route=route,
         repeat=0,
         outcome=kind,
-        correct=outcome.status == "completed" and task.check(answer),
+        correct=outcome.status == "completed" and task.passes(answer, artifact),
         answer=answer,
         error=outcome.error,
         iterations=int(usage.get("iterations", 0)),
@@ -153,6 +172,7 @@ def fleet_result(task: Task, route: str, outcome: TurnOutcome, seconds: float) -
         output_tokens=int(usage.get("output_tokens", 0)),
         seconds=seconds,
         unverified=outcome.status == "completed" and outcome.unverified,
+        parse_failures=parse_failed(outcome.error),
     )
 
 
@@ -177,21 +197,16 @@ class DeadlineLM(dspy.LM):  # type: ignore[misc]
             raise TimeoutError("the baseline's deadline passed")
 
 
-@contextlib.contextmanager
-def working_directory(path: Path) -> Iterator[None]:
-    """The baseline's interpreter starts in the current directory, where ``files/`` must be."""
-    before = Path.cwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)
-
-
-def run_baseline(server: RealModelServer, task: Task, root: Path, limits: Limits) -> Result:
+def write_files(task: Task, root: Path) -> None:
+    """The task's ``files/``, and an empty ``artifacts/`` as a Fleet workspace has, in the run's directory."""
+    (root / "artifacts").mkdir(exist_ok=True)
     for path, body in task.files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(body)
+
+
+def run_baseline(server: RealModelServer, task: Task, root: Path, limits: Limits) -> Result:
+    write_files(task, root)
     values = server.fleet_values()
     lm = DeadlineLM(
         server.model,
@@ -244,7 +259,7 @@ def run_baseline(server: RealModelServer, task: Task, root: Path, limits: Limits
         route="baseline",
         repeat=0,
         outcome=kind,
-        correct=bool(answer) and task.check(answer),
+        correct=bool(answer) and task.passes(answer, artifact_text(task, root)),
         answer=answer,
         error=box.get("error"),
         iterations=iterations,
@@ -253,6 +268,44 @@ def run_baseline(server: RealModelServer, task: Task, root: Path, limits: Limits
         output_tokens=sum(int((call.get("usage") or {}).get("completion_tokens") or 0) for call in calls),
         seconds=seconds,
         trace=trace,
+        parse_failures=parse_failed(box.get("error")),
+    )
+
+
+# -- the peers ----------------------------------------------------------------------------------------
+
+
+def run_peer(server: RealModelServer, task: Task, route: str, root: Path, limits: Limits) -> Result:
+    write_files(task, root)
+    values = server.fleet_values()
+    config = PeerConfig(
+        upstream=server.base_url,
+        model=server.spec.alias,  # the name llama.cpp's server serves it under (no provider prefix)
+        api_key=API_KEY,
+        temperature=values["lm_temperature"],
+        max_tokens=values["lm_max_tokens"],
+        max_iterations=limits.max_iterations,
+        max_model_calls=limits.max_model_calls,
+        turn_timeout=limits.turn_timeout,
+        wind_down=limits.execution_timeout + 60,
+    )
+    run = PEERS[route](config, task.text, root)
+    return Result(
+        task=task.name,
+        route=route,
+        repeat=0,
+        outcome=run.outcome,
+        correct=bool(run.answer) and task.passes(run.answer, artifact_text(task, root)),
+        answer=run.answer,
+        error=run.error,
+        iterations=run.iterations,
+        model_calls=run.model_calls,
+        input_tokens=run.input_tokens,
+        output_tokens=run.output_tokens,
+        seconds=run.seconds,
+        trace=run.trace,
+        # minrlm ends a run on a reply without code; the reference feeds such a reply back and counts nothing.
+        parse_failures=run.parse_failures if route == "minrlm" else None,
     )
 
 
@@ -272,6 +325,9 @@ def summary_rows(results: list[Result], routes: list[str]) -> list[dict[str, Any
                 "correct": sum(r.correct for r in mine),
                 **{kind: sum(r.outcome == kind for r in mine) for kind in OUTCOMES},
                 "wrong_but_claimed": sum(r.wrong_but_claimed for r in mine),
+                "parse_failures": None
+                if all(r.parse_failures is None for r in mine)
+                else sum(r.parse_failures or 0 for r in mine),
                 "median_iterations": statistics.median(r.iterations for r in mine),
                 "tokens_in": sum(r.input_tokens for r in mine),
                 "tokens_out": sum(r.output_tokens for r in mine),
@@ -283,14 +339,15 @@ def summary_rows(results: list[Result], routes: list[str]) -> list[dict[str, Any
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     head = "| route | runs | accuracy | submitted | extracted | direct/module | incomplete | failed | refused "
-    head += "| wrong but claimed | median iterations | tokens in / out | wall time |"
-    lines = [head, "|" + "---|" * 13]
+    head += "| wrong but claimed | parse failures | median iterations | tokens in / out | wall time |"
+    lines = [head, "|" + "---|" * 14]
     for row in rows:
         accuracy = f"{row['correct']}/{row['runs']} ({100 * row['correct'] / row['runs']:.0f}%)"
         lines.append(
             f"| {row['route']} | {row['runs']} | {accuracy} | {row['submitted']} | {row['extracted']} "
             f"| {row['direct'] + row['module']} | {row['incomplete']} | {row['failed'] + row['cancelled']} "
-            f"| {row['refused']} | {row['wrong_but_claimed']} | {row['median_iterations']:g} "
+            f"| {row['refused']} | {row['wrong_but_claimed']} "
+            f"| {'—' if row['parse_failures'] is None else row['parse_failures']} | {row['median_iterations']:g} "
             f"| {row['tokens_in']:,} / {row['tokens_out']:,} | {row['seconds']:.0f} s |"
         )
     return "\n".join(lines)
@@ -321,6 +378,8 @@ def run_one(server: RealModelServer, task: Task, route: str, root: Path, limits:
     try:
         if route == "baseline":
             return run_baseline(server, task, root, limits)
+        if route in PEERS:
+            return run_peer(server, task, route, root, limits)
         return run_fleet(server, task, route, root, limits)
     except Exception as exc:  # a fault of this script: recorded as such, and the other runs go on
         error = f"benchmark error: {type(exc).__name__}: {exc}".splitlines()[0]
