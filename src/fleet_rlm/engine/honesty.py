@@ -25,7 +25,8 @@ from typing import Any
 import dspy
 
 from fleet_rlm.config import BudgetSettings
-from fleet_rlm.engine.numbers import numbers_in, written
+from fleet_rlm.engine.evidence import Evidence
+from fleet_rlm.engine.numbers import numbers_in, stated_numbers, written
 
 
 class TurnIncomplete(Exception):
@@ -86,13 +87,30 @@ def extracted_reason(early_end: str | None) -> str:
     return f"{early_end}; this answer was extracted from the work so far and was not checked by running code"
 
 
+def extracted_unverified_reason(evidence: Evidence, early_end: str | None = None) -> str:
+    """Why an extracted answer is unverified, and whether output of code that ran supports it: the
+    answer stays unverified either way (nothing checked that it follows from that output)."""
+    base = extracted_reason(early_end)
+    if evidence.stated and not evidence.found:
+        return f"{base}, and no output of code that ran states its figures"
+    if evidence.missing:
+        return (
+            f"{base}; some of the figures it states appear in the output of code that ran "
+            f"(see evidence), others ({_shown(evidence.missing)}) in no such output"
+        )
+    if evidence.stated:
+        return f"{base}; the figures it states appear in the output of code that ran (see evidence)"
+    if evidence.lines:
+        return f"{base}; names it states appear in the output of code that ran (see evidence)"
+    return f"{base}, and no output of code that ran supports it"
+
+
 MODULE_UNVERIFIED_REASON = (
     "the flex module's model read the input files' text and answered in one pass; no code computed or "
     "checked this answer"
 )
 
 
-_LIST_MARKER = re.compile(r"^[ \t]*(?:#+[ \t]*)?\d+[.)][ \t]", re.MULTILINE)
 SHOWN_NUMBERS = 5
 
 
@@ -108,7 +126,7 @@ def direct_unverified_reason(answer: str, message: str, history: str = "") -> st
     unverified too when the message carries data (:data:`DATA_NUMBERS` numbers or more) and the answer
     states numbers from it: picking records or figures out of data by reading it is a computation no
     code checked (a count, a filter, a classification)."""
-    stated = list(dict.fromkeys(abs(value) for value in numbers_in(_LIST_MARKER.sub("", answer))))
+    stated = stated_numbers(answer)
     if not stated:
         return None
     in_message = {abs(value) for value in numbers_in(message)}

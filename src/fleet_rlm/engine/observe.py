@@ -20,6 +20,7 @@ from fleet_rlm.engine.bridge import BridgeGuard
 from fleet_rlm.engine.budget import TurnBudget
 from fleet_rlm.engine.dspy_compat import strip_code_fences
 from fleet_rlm.engine.emitter import EventEmitter
+from fleet_rlm.engine.evidence import PrintedOutputs
 from fleet_rlm.engine.honesty import LoopGuard
 from fleet_rlm.engine.program import LoopRecovery
 from fleet_rlm.engine.restart import SandboxRestarter, restart_observation
@@ -83,6 +84,8 @@ class TurnTrace:
         self.iteration = 0
         self.iteration_span = self.root_span
         self.sandbox_errors = 0
+        self.printed = PrintedOutputs()
+        """What this loop's own code printed in executions that ran without error: evidence for its answer."""
         self.lock = threading.Lock()
         self._skipped_told: set[str] = set()
 
@@ -98,6 +101,11 @@ class TurnTrace:
             self.emitter.emit(payload, span_id=self.iteration_span, parent_span_id=self.root_span)
         else:
             self.emitter.emit(payload, span_id=span_id, parent_span_id=self.iteration_span)
+
+    def ran_without_error(self, own_code: bool) -> None:
+        """An execution ran without error: what the loop's own code printed in it counts as evidence."""
+        if own_code:
+            self.printed.succeeded(self.iteration)
 
     def mark_extracted(self) -> None:
         """The extract step is about to answer from the work so far: say so, the answer is unverified."""
@@ -178,6 +186,8 @@ class TurnObserver:
         self.trace = trace
 
     def output(self, stream: OutputStream, text: str) -> None:
+        if stream == "stdout":
+            self.trace.printed.printed(self.trace.iteration, text)
         self.trace.emit_in_iteration(Output(stream=stream, text=text))
 
     def tool_started(self, call_id: str, name: str, arguments: str) -> None:
@@ -265,6 +275,7 @@ class ObservedSandbox:
                     raise CodeExecutionError(f"{exc}\n\n{advice}") from exc
             raise
         else:
+            trace.ran_without_error(own_code)
             if own_code:
                 files, announced = self._after_execute(), True
                 output = result if isinstance(result, str) else repr(result)

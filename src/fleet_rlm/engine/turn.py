@@ -25,12 +25,13 @@ from fleet_rlm.config import Settings
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.delegation import Delegation
 from fleet_rlm.engine.emitter import EventEmitter
+from fleet_rlm.engine.evidence import pick_evidence
 from fleet_rlm.engine.honesty import (
     MODULE_UNVERIFIED_REASON,
     LoopGuard,
     could_not_compute,
     direct_unverified_reason,
-    extracted_reason,
+    extracted_unverified_reason,
     incomplete_in,
 )
 from fleet_rlm.engine.inputs import Text
@@ -160,6 +161,8 @@ class TurnOutcome:
     answer_source: AnswerSource | None = None
     unverified_reason: str | None = None
     """Set when the answer was not checked by running code (it was extracted): why."""
+    evidence: list[str] = field(default_factory=list)
+    """Lines printed by the loop's own code that ran without error that support the answer (rlm answers)."""
 
     @property
     def unverified(self) -> bool:
@@ -176,6 +179,7 @@ class TurnOutcome:
             reason=self.error,
             usage=self.usage,
             artifacts=self.artifacts,
+            evidence=self.evidence,
         )
 
 
@@ -336,8 +340,14 @@ class Turn:
         answer = run_route(ctx, choice)
         self.budget.check_alive()
         if self.trace.extracted:
-            why = extracted_reason(self.trace.early_end)
-            return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source="extracted", unverified_reason=why)
+            evidence = pick_evidence(self.trace.printed.executions(), answer)
+            return TurnOutcome(
+                TurnStatus.COMPLETED,
+                answer,
+                answer_source="extracted",
+                unverified_reason=extracted_unverified_reason(evidence, self.trace.early_end),
+                evidence=evidence.lines,
+            )
         source = ROUTE_ANSWER_SOURCE.get(choice.route, "submitted")
         if source == "module":
             return TurnOutcome(
@@ -346,7 +356,8 @@ class Turn:
         if source == "direct":
             reason = direct_unverified_reason(answer, str(ctx.inputs["task"]), str(ctx.inputs["history"]))
             return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source, unverified_reason=reason)
-        return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source)
+        evidence = pick_evidence(self.trace.printed.executions(), answer)
+        return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source, evidence=evidence.lines)
 
     def _delegation(self, skills: TurnSkills) -> Delegation:
         return Delegation(

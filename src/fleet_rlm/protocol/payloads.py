@@ -337,6 +337,11 @@ class TurnCompleted(Payload):
     unverified_reason: str | None
     usage: Usage
     artifacts: list[ArtifactRecord]
+    evidence: list[str] = Field(
+        default_factory=list,
+        description="lines printed by code that ran without error that state the answer's figures or names, "
+        "at most 8 of at most 200 characters each; sandbox output, shown escaped; see below",
+    )
 
 
 class TurnIncomplete(Payload):
