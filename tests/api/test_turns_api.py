@@ -82,6 +82,10 @@ def test_csv_turn_end_to_end(pooled_api: RunningServer, model_server: ScriptedMo
         assert turn["status"] == "completed"
         assert turn["answer"] == "east: 5, north: 170, south: 200"
         assert turn["usage"]["root_calls"] == 2
+        # The line the first code printed states the answer's figures: it is stored with the turn.
+        printed = "{'north': 170, 'south': 200, 'east': 5}"
+        assert turn["evidence"] == [printed]
+        assert frames[-1].json()["data"]["evidence"] == [printed]
 
         artifact = http.get("/sessions/sales/files/artifacts/revenue_by_region.csv")
         rows = list(csv.DictReader(io.StringIO(artifact.text)))
@@ -109,6 +113,7 @@ def test_csv_turn_end_to_end(pooled_api: RunningServer, model_server: ScriptedMo
         assert again.status_code == 200 and again.json()["id"] == turn_id
         history = http.get("/sessions/sales/turns").json()
         assert [t["id"] for t in history["items"]] == [turn_id] and history["next_after"] is None
+        assert history["items"][0]["evidence"] == [printed]
 
 
 def test_reconnecting_with_last_event_id_misses_nothing(api: RunningServer, model_server: ScriptedModelServer) -> None:

@@ -142,6 +142,11 @@ class TurnOut(_FromRecord):
     error: str | None
     usage: dict[str, Any]
     artifacts: list[dict[str, Any]]
+    evidence: list[str] = Field(
+        default_factory=list,
+        description="Lines printed by code that ran without error that state the answer's figures or names "
+        "(sandbox output: show it escaped); empty when none.",
+    )
     program_version: str | None = Field(
         None, description="The program the turn ran: builtin, or an approved optimization's version (v1, ...)."
     )

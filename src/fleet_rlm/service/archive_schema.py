@@ -126,6 +126,7 @@ class ArchivedTurn(_Archived):
     error: Text | None = None
     usage: Object | None = None
     artifacts: list[Object] | None = None
+    evidence: list[Text] | None = None
     program_version: Annotated[str, Field(strict=True), AfterValidator(_version_name)] | None = None
     created_at: Timestamp | None = None
     started_at: Timestamp | None = None

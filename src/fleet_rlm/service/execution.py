@@ -360,6 +360,7 @@ class TurnExecution:
             error=outcome.error,
             usage=outcome.usage,
             artifacts=outcome.artifacts,
+            evidence=outcome.evidence,
             events=[*self._late, terminal],
             files=changes,
         )

@@ -38,4 +38,5 @@ def make_storable(outcome: TurnOutcome, terminal: Event) -> Event:
     outcome.unverified_reason = without_nul(outcome.unverified_reason)
     outcome.usage = without_nul(outcome.usage)
     outcome.artifacts = without_nul(outcome.artifacts)
+    outcome.evidence = without_nul(outcome.evidence)
     return dataclasses.replace(terminal, data=without_nul(terminal.data))

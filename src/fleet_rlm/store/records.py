@@ -81,6 +81,8 @@ class TurnRecord(RowView):
     error: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     artifacts: list[dict[str, Any]] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    """Lines printed by code that ran without error that support the answer (docs/events.md)."""
     idempotency_key: str | None = None
     runner: str | None = None
     program_version: str | None = None
@@ -206,6 +208,7 @@ class TurnEnd:
     error: str | None = None
     usage: dict[str, Any] | None = None
     artifacts: list[dict[str, Any]] | None = None
+    evidence: list[str] | None = None
     events: Sequence[Event] = ()
     files: FileChanges | None = None
 

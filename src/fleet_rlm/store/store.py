@@ -295,6 +295,7 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
         error: str | None = None,
         usage: dict[str, Any] | None = None,
         artifacts: list[dict[str, Any]] | None = None,
+        evidence: list[str] | None = None,
         events: Sequence[Event] = (),
         files: FileChanges | None = None,
     ) -> TurnRecord:
@@ -312,6 +313,7 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             error=error,
             usage=usage,
             artifacts=artifacts,
+            evidence=evidence,
             events=events,
             files=files,
         )
@@ -380,6 +382,7 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
                 row.error = end.error
                 row.usage = dict(end.usage or {})
                 row.artifacts = list(end.artifacts or [])
+                row.evidence = list(end.evidence or [])
                 row.finished_at = now
                 if end.files is not None:
                     await self._apply_file_changes(session, row.session_id, end.files, end.turn_id)

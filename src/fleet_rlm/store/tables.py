@@ -140,6 +140,8 @@ class TurnRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     usage: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
     artifacts: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
+    evidence: Mapped[list[str] | None] = mapped_column(JsonType)
+    """Lines of output of code that ran without error that support the answer; None: a turn stored before."""
     idempotency_key: Mapped[str | None] = mapped_column(String(200))
     runner: Mapped[str | None] = mapped_column(String(200))
     program_version: Mapped[str | None] = mapped_column(String(40))
