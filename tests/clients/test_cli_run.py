@@ -38,6 +38,7 @@ def test_run_streams_json_events_and_writes_the_artifact(model_server: ScriptedM
     assert events[0]["type"] == "turn.started"
     assert events[-1]["type"] == "turn.completed"
     assert events[-1]["data"]["answer"] == "{'north': 8, 'south': 4}"
+    assert events[-1]["data"]["evidence"] == ["{'north': 8, 'south': 4}"]
     assert (workspace / "files" / "sales.csv").is_file()
     assert (workspace / "artifacts" / "by_region.csv").read_text() == "north,8\nsouth,4\n"
 
@@ -86,12 +87,34 @@ def test_unknown_config_key_fails_fast_and_names_it(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_the_lines_that_support_an_answer_are_shown_under_it_escaped(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """An attacker's output states the figure with a terminal escape, a bidi override and HTML around it:
+    the evidence shows every one of them as text, never acts on them."""
+    code = (
+        "print('noise')\nprint('total: 29,342 \\x1b[2J\\x1b]0;pwned\\x07 \\u202eevil <b>bold</b>')\n"
+        "SUBMIT(answer='The total is **29342**.')"
+    )
+    model_server.script("root", rlm_step("Sum it.", code))
+    result = fleet(["run", "Total"], tmp_path, model_env(model_server))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    at = lines.index("Evidence:")
+    assert "The total is" in "\n".join(lines[:at])
+    assert lines[at + 1].rstrip() == "  total: 29,342 \\u001b[2J\\u001b]0;pwned\\u0007 \\u202eevil <b>bold</b>"
+    assert "\x1b" not in result.stdout.split("Evidence:")[1] and "\u202e" not in result.stdout.split("Evidence:")[1]
+
+
 def test_an_unverified_answer_exits_3_and_says_why(model_server: ScriptedModelServer, tmp_path: Path) -> None:
     model_server.script("root", rlm_step("Look.", "print(1 + 1)"), fields_reply(answer="It is 2."))
     result = fleet(["run", "Add", "--max-iterations", "1"], tmp_path, model_env(model_server))
     assert result.returncode == 3, result.stderr
     assert "⚠ unverified answer: the iteration budget ran out" in result.stdout
     assert "It is 2." in result.stdout
+    assert "no output of code that ran states its figures" not in result.stdout  # its output states 2
+    shown = [line.rstrip() for line in result.stdout.splitlines()]
+    assert shown[shown.index("Evidence:") + 1] == "  2"
     assert result.stderr.strip().splitlines()[-1].startswith("fleet: unverified: the iteration budget ran out")
 
 

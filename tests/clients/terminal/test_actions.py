@@ -104,6 +104,18 @@ def test_mode_and_budget_are_stored_with_the_session(chat: Chat) -> None:
     assert stored["settings"] == {"max_iterations": 3, "turn_timeout": 90.0}
 
 
+def test_the_evidence_of_an_answer_shows_under_it_live_and_in_the_history(
+    chat: Chat, model_server: ScriptedModelServer
+) -> None:
+    code = "print('reading rows')\nprint('north: 702 \\x1b[8m')\nSUBMIT(answer='North took 702.')"
+    model_server.script("root", rlm_step("Sum it.", code))
+    live = chat.run("north's total")
+    assert live[live.index("Evidence:") + 1] == "  north: 702 \\u001b[8m"
+    chat.run("/new other")
+    resumed = chat.run("/resume work")
+    assert resumed[2:5] == ["North took 702.", "Evidence:", "  north: 702 \\u001b[8m"]
+
+
 def test_sessions_new_resume_and_their_hints(chat: Chat, model_server: ScriptedModelServer) -> None:
     model_server.script("root", rlm_step("Done.", "SUBMIT(answer='the **answer**')"))
     chat.run("a question")

@@ -197,6 +197,7 @@ class EventRenderer:
             if data.get("unverified"):
                 shown.append(Text(f"⚠ unverified answer: {data.get('unverified_reason')}", style="bold yellow"))
             shown.append(Markdown(str(data.get("answer") or "")))
+            shown.extend(evidence_lines(data.get("evidence") or []))
             artifacts = data.get("artifacts") or []
             if artifacts:
                 shown.append(Text("Artifacts:", style="bold"))
@@ -216,6 +217,15 @@ class EventRenderer:
         if kind is EventType.TURN_INTERRUPTED:
             return [Text(f"✗ turn interrupted: {data.get('reason', '')}", style="bold yellow")]
         return []
+
+
+def evidence_lines(evidence: list[Any]) -> list[RenderableType]:
+    """The printed lines that support an answer, under it and dimmed; they are sandbox output, so every
+    character that would hide, reorder or control what the terminal shows is escaped (``\\x1b`` too)."""
+    if not evidence:
+        return []
+    lines = "\n".join(show_hidden(" ".join(str(line).splitlines())) for line in evidence)
+    return [Text("Evidence:", style="dim bold"), Padding(Text(lines, style="dim"), (0, 2))]
 
 
 def execution_failure(data: dict[str, Any]) -> list[RenderableType]:

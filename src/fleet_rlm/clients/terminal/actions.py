@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fleet_rlm.api.client import ApiFailure
-from fleet_rlm.clients.cli.render import preview
+from fleet_rlm.clients.cli.render import evidence_lines, preview
 from fleet_rlm.clients.terminal.client import ChatClient
 from fleet_rlm.clients.terminal.commands import BUDGET_KEYS, Command, CommandError, help_lines, parse_budget
 from fleet_rlm.clients.terminal.memory import do_memory
@@ -83,6 +83,8 @@ def show_history(state: ChatState, count: int = HISTORY_SHOWN) -> None:
             if turn.get("unverified"):
                 state.say(f"  ⚠ unverified answer: {turn.get('unverified_reason')}", "yellow")
             state.console.print(Markdown(str(turn["answer"] or "")))
+            for shown in evidence_lines(turn.get("evidence") or []):
+                state.console.print(shown)
         else:
             state.say(f"  {turn['status']}" + (f": {turn['error']}" if turn.get("error") else ""), "yellow")
     running = [t for t in turns if t["status"] in ACTIVE_STATUSES]
