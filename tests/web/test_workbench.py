@@ -119,6 +119,31 @@ def test_an_attached_csv_goes_in_and_the_artifact_downloads_with_the_api_bytes(
     expect(turn).to_contain_text(hashlib.sha256(served).hexdigest())
 
 
+HOSTILE_EVIDENCE = (
+    "print('noise')\n"
+    "print('total: 29,342 <img src=x onerror=alert(1)> \\u202eevil \\x1b[2J')\n"
+    "SUBMIT(answer='The total is **29342**.')"
+)
+
+
+def test_the_evidence_of_an_answer_is_listed_under_it_as_escaped_text(
+    fleet: ServerProcess, scripted: ScriptedModelServer, page: Page
+) -> None:
+    scripted.script("root", rlm_step("Sum it.", HOSTILE_EVIDENCE))
+    open_ui(page, fleet.base_url)
+    new_session(page)
+    send(page, "What is the total?")
+    answer = page.get_by_role("article").last.get_by_role("region", name="Answer")
+    evidence = answer.get_by_role("list", name="Evidence")
+    expect(evidence.get_by_role("listitem")).to_have_text(
+        ["total: 29,342 <img src=x onerror=alert(1)> \\u202eevil \\u001b[2J"], timeout=30_000
+    )
+    expect(answer.locator("img")).to_have_count(0)  # the HTML is text, never an element
+    page.reload()  # a stored turn shows it the same way
+    answer = page.get_by_role("article").last.get_by_role("region", name="Answer")
+    expect(answer.get_by_role("list", name="Evidence").get_by_role("listitem")).to_have_count(1)
+
+
 def test_stop_ends_a_running_turn_within_a_second(
     fleet: ServerProcess, scripted: ScriptedModelServer, page: Page
 ) -> None:

@@ -14,6 +14,14 @@ const ENDINGS = {
   "turn.interrupted": ["Interrupted", "warning"],
 };
 
+// The lines printed by code that ran without error that support the answer: sandbox output, so they go in
+// as text with every hiding or reordering character shown as an escape (docs/events.md#evidence).
+function evidenceList(evidence) {
+  if (!Array.isArray(evidence) || !evidence.length) return [];
+  const items = evidence.map((line) => h("li", {}, h("code", {}, showHidden(line))));
+  return [h("p", { class: "evidence-heading" }, "Evidence"), h("ul", { class: "evidence", "aria-label": "Evidence" }, items)];
+}
+
 export function usageLine(usage) {
   if (!usage) return "";
   const parts = [];
@@ -326,6 +334,7 @@ export class TurnView {
       this.answerText = data.answer || "";
       body.append(renderMarkdown(data.answer || ""));
       answer.append(body);
+      answer.append(...evidenceList(data.evidence));
       this.article.append(answer);
     }
     for (const artifact of data.artifacts || []) this.addArtifact(artifact);
