@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import queue
 import sys
@@ -75,6 +76,9 @@ def log_to_file(settings: Settings, name: str = "fleet.log", *, verbose: bool = 
     root = logging.getLogger()
     root.handlers = handlers
     root.setLevel(logging.INFO)
+    # LiteLLM adds its stderr handler when it is first imported (DSPy imports it at the first model call):
+    # import it now, so that the handler it adds is the one taken away below.
+    importlib.import_module("litellm")
     for library in LIBRARY_LOGGERS:
         logger = logging.getLogger(library)
         logger.handlers = []
