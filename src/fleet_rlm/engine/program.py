@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
+from dspy.primitives import CodeExecutionError
 
 from fleet_rlm.engine.bridge.allowlist import sub_agent_guidance
 from fleet_rlm.engine.dspy_compat import AdapterParseError
@@ -118,6 +119,17 @@ _built: dict[tuple[object, ...], tuple[_Signatures, dict[str, str]]] = {}
 _built_lock = threading.Lock()
 
 
+SHOW_WRITTEN_FILES = """import os
+for _dir, _subdirs, _names in os.walk('artifacts'):
+    for _name in sorted(_names)[:10]:
+        _path = os.path.join(_dir, _name)
+        print(f'--- {_path} ---')
+        try:
+            print(open(_path, errors='replace').read(2000))
+        except OSError as _error:
+            print(_error)"""
+
+
 @dataclass
 class LoopRecovery:
     """How one RLM loop goes on where DSPy's would stop: a reply that could not be read becomes an
@@ -146,6 +158,18 @@ class LoopRecovery:
         observation = malformed_observation(error, fields, in_a_row, self.guard.stop_after)
         return history.append(reasoning="(the reply could not be read)", code=NOTHING_RAN, output=observation)
 
+    def show_written_files(self, repl: Any, history: Any) -> Any:
+        """``history`` with the start of each file under ``artifacts/``, printed by code run in the sandbox
+        (the host reads nothing the sandbox wrote): what repeated work that printed nothing wrote is then
+        in front of the extract step, and what it printed can be the answer's evidence."""
+        try:
+            shown = repl.execute(SHOW_WRITTEN_FILES)
+        except (CodeExecutionError, SyntaxError):
+            return history
+        if not isinstance(shown, str) or not shown.strip():
+            return history
+        return history.append(reasoning="(Fleet shows the files the work wrote)", code=SHOW_WRITTEN_FILES, output=shown)
+
 
 class FleetRLM(dspy.RLM):  # type: ignore[misc]
     """``dspy.RLM`` telling the model about the sub-agents Fleet's bridge builds, not DSPy's full set, and
@@ -160,6 +184,8 @@ class FleetRLM(dspy.RLM):  # type: ignore[misc]
             if self.recovery is None:
                 raise
             going_on = self.recovery.recover(error, history)
+            if going_on is None and isinstance(error, RepeatedWork):
+                history = self.recovery.show_written_files(repl, history)
         if going_on is not None:
             return going_on
         return self._extract_fallback(variables, history, list(self.signature.output_fields))
@@ -171,6 +197,8 @@ class FleetRLM(dspy.RLM):  # type: ignore[misc]
             if self.recovery is None:
                 raise
             going_on = self.recovery.recover(error, history)
+            if going_on is None and isinstance(error, RepeatedWork):
+                history = self.recovery.show_written_files(repl, history)
         if going_on is not None:
             return going_on
         return await self._aextract_fallback(variables, history, list(self.signature.output_fields))
