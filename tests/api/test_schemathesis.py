@@ -37,8 +37,8 @@ CHECKS = (
 )
 CONFIG = REPO / "tests" / "api" / "schemathesis.toml"
 """Deterministic generation, cases per phase, one worker, the hooks."""
-MAX_SECONDS = 120
-"""A backstop: a run takes about 45 s here, the two together well under the 3 minutes allowed."""
+MAX_SECONDS = 300
+"""A backstop: a run takes about 45 s on a quiet machine; a loaded CI machine has taken over 120 s."""
 ANY_ROUTE_REPLY = fields_reply(
     reasoning="Answer at once.",
     route="direct",

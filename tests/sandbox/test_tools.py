@@ -14,7 +14,7 @@ from fleet_rlm.sandbox.base import SandboxCrashed
 from fleet_rlm.sandbox.local_sandbox import LocalSandbox
 from fleet_rlm.sandbox.tool_workers import MAX_TOOL_CALLS_AT_ONCE
 
-from .helpers import RecordingObserver
+from .helpers import RecordingObserver, SandboxMaker
 
 
 def test_tool_result_and_observer_report(sandbox: LocalSandbox, observer: RecordingObserver) -> None:
@@ -81,9 +81,10 @@ def test_concurrent_tool_calls_from_sandbox_threads(sandbox: LocalSandbox, obser
     assert all(error is None for *_, error in observer.finished)
 
 
-def test_calls_beyond_the_host_bound_wait_their_turn(sandbox: LocalSandbox) -> None:
+def test_calls_beyond_the_host_bound_wait_their_turn(make_sandbox: SandboxMaker) -> None:
     """The happy path beside the flood: three times as many threads as the host serves at once all get
     their answers, with the bound's worth of calls in flight together."""
+    sandbox = make_sandbox(execution_timeout=60.0)  # the barrier, not the timeout, bounds a slow machine
     barrier = threading.Barrier(MAX_TOOL_CALLS_AT_ONCE, timeout=10)
     running: list[int] = [0, 0]  # now, most at once
     counting = threading.Lock()
@@ -157,10 +158,13 @@ def test_tool_calls_between_executions_are_refused(sandbox: LocalSandbox, observ
     assert observer.started == []
 
 
-def test_a_worker_that_never_reads_the_host_between_executions_is_stopped(sandbox: LocalSandbox) -> None:
+def test_a_worker_that_never_reads_the_host_between_executions_is_stopped(make_sandbox: SandboxMaker) -> None:
     """A thread left behind stops the worker's reader and floods the host with tool calls: the host's
     refusals fill the command pipe, and past their deadline the sandbox is stopped, saying why, instead
     of host threads waiting on it for ever."""
+    # The refusals' deadline is the interrupt grace; an execution timeout well past it keeps a slow
+    # machine from timing the flood out first.
+    sandbox = make_sandbox(execution_timeout=60.0)
     sandbox.execute(
         "import _thread, gc, json, os, threading\n"
         "channel = next(o for o in gc.get_objects() if type(o).__name__ == 'Channel')\n"
