@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
+from fleet_rlm.engine.honesty import submit_suggestion
 from fleet_rlm.engine.turn import HistoryEntry
 from fleet_rlm.models.scripted import fields_reply, rlm_step
 from fleet_rlm.protocol.events import EventType
@@ -119,9 +122,15 @@ def test_the_same_output_twice_from_the_same_code_is_met_with_advice_to_submit(h
 
     assert (run.outcome.status, run.outcome.answer) == ("completed", "3")
     requests = harness.server.model.requests_for("root")
-    assert "[Fleet] This same code" not in prompt_text(requests[1])
-    assert "[Fleet] This same code has now run 2 times in a row with the same effect" in prompt_text(requests[2])
-    assert "call SUBMIT" in prompt_text(requests[3])
+    assert "[Fleet] This is the same output" not in prompt_text(requests[1])
+    told = prompt_text(requests[2])
+    assert "[Fleet] This is the same output, with the same files written, for the second time" in told
+    # The call to write is built from what the code prints.
+    assert (
+        "SUBMIT(answer=str(sum((int(line.split(',')[1]) for line in open('files/sales.csv').readlines()[1:]))))"
+        in told.replace("\\n", "\n").replace('\\"', '"')
+    )
+    assert "the turn answers from this work" not in told
 
 
 def test_a_different_error_resets_the_count(harness: Harness) -> None:
@@ -218,3 +227,77 @@ def test_a_child_agent_follows_the_same_loop_guard(harness: Harness) -> None:
     [finished] = run.of(EventType.CHILD_FINISHED)
     assert finished.data["outcome"] == "incomplete"
     assert "4 times in a row" in finished.data["error"]
+
+
+def test_steps_the_model_cycles_through_count_as_repeated_work(harness: Harness) -> None:
+    """Seen with a real 1.5B model: print the result, print it again, write no code, and round again."""
+    show = rlm_step("Print it.", "print(sum([3, 4]))")
+    cycle = [show, show, rlm_step("It was printed.", "")]
+
+    def root(request: dict[str, Any]) -> str:
+        if "extract the final outputs now" in prompt_text(request):
+            return fields_reply(answer="The total is 7.")
+        return cycle[len(harness.server.model.requests_for("root")) % len(cycle) - 1]
+
+    harness.server.model.default = root
+    run = harness.run("Total of 3 and 4?", max_iterations=20)
+
+    assert run.outcome.status == "completed", run.outcome.error
+    assert (run.outcome.answer, run.outcome.answer_source, run.outcome.unverified) == (
+        "The total is 7.",
+        "extracted",
+        True,
+    )
+    assert "the same work was done 4 times (the same output, the same files written)" in str(
+        run.outcome.unverified_reason
+    )
+    # print, print (advice), nothing, print, print: the fourth run of the same print ends the loop.
+    assert run.outcome.usage["iterations"] == 5
+
+
+@pytest.mark.parametrize(
+    ("code", "suggested"),
+    [
+        (
+            "df = load()\nprint(df.groupby('region').revenue.sum())",
+            "SUBMIT(answer=str(df.groupby('region').revenue.sum()))",
+        ),
+        ("print('rows:', n)\nprint(f'total {t}')", "SUBMIT(answer=f'total {t}')"),
+        ("print(a, b)", "SUBMIT(answer=' '.join(str(v) for v in (a, b)))"),
+        ("x = 1", 'SUBMIT(answer="<the answer, with its figures>")'),
+        ("print(task)\nprint(workspace)", 'SUBMIT(answer="<the answer, with its figures>")'),
+        ("print(total)\nprint(task)", "SUBMIT(answer=str(total))"),
+        ("!pip install polars", 'SUBMIT(answer="<the answer, with its figures>")'),
+    ],
+)
+def test_the_submit_call_suggested_hands_in_what_the_code_prints_last(code: str, suggested: str) -> None:
+    assert submit_suggestion(code) == suggested
+
+
+def test_a_result_printed_again_by_other_code_is_met_with_advice_to_submit_it(harness: Harness) -> None:
+    """Seen with a real 1.5B model: it computed and printed the total, then printed the variable again."""
+    harness.server.script(
+        "root",
+        rlm_step("Sum it.", "total = sum([29000, 342])\nprint(total)"),
+        rlm_step("Print the result.", "print(total)"),
+        rlm_step("Submit.", "SUBMIT(answer=str(total))"),
+    )
+    run = harness.run("Total?", max_iterations=10)
+
+    assert (run.outcome.status, run.outcome.answer, run.outcome.answer_source) == ("completed", "29342", "submitted")
+    told = prompt_text(harness.server.model.requests_for("root")[2])
+    assert "[Fleet] This is the same output, with the same files written, for the second time" in told
+    assert "SUBMIT(answer=str(total))" in told
+
+
+def test_code_that_prints_nothing_is_not_taken_for_a_repeated_result(harness: Harness) -> None:
+    harness.server.script(
+        "root",
+        rlm_step("Load.", "rows = [1, 2]"),
+        rlm_step("Sum.", "total = sum(rows)"),
+        rlm_step("Submit.", "SUBMIT(answer=str(total))"),
+    )
+    run = harness.run("Total?", max_iterations=10)
+
+    assert (run.outcome.status, run.outcome.answer) == ("completed", "3")
+    assert all("[Fleet]" not in prompt_text(r) for r in harness.server.model.requests_for("root"))

@@ -103,7 +103,9 @@ def test_the_same_code_with_no_output_writing_the_same_file_ends_through_the_ext
 
     assert run.outcome.status == "completed", run.outcome.error
     assert run.outcome.answer_source == "extracted" and run.outcome.unverified
-    assert "the same code ran 4 times in a row with the same effect" in str(run.outcome.unverified_reason)
+    assert "the same work was done 4 times (the same output, the same files written)" in str(
+        run.outcome.unverified_reason
+    )
     assert run.outcome.usage["iterations"] == 4
     # What the work wrote, printed in the sandbox, is in front of the extract step and is the evidence.
     [extract] = [r for r in harness.server.model.requests_for("root") if is_extract(r)]
@@ -112,7 +114,9 @@ def test_the_same_code_with_no_output_writing_the_same_file_ends_through_the_ext
     assert "north,3" in run.outcome.evidence
     assert [a["path"] for a in run.outcome.artifacts] == ["artifacts/revenue_by_region.csv"]
     requests = [r for r in harness.server.model.requests_for("root") if not is_extract(r)]
-    assert "[Fleet] This same code has now run 2 times in a row with the same effect" in prompt_text(requests[2])
+    assert "[Fleet] This is the same output, with the same files written, for the second time" in prompt_text(
+        requests[2]
+    )
 
 
 def test_the_same_code_writing_a_new_file_each_time_is_not_repeated_work(harness: Harness) -> None:

@@ -104,15 +104,15 @@ class BudgetSettings(BaseModel):
     loop_guard_warn_after: int = Field(
         default=2,
         ge=1,
-        description="Identical failures (or identical runs with the same output) of the same code in a row "
-        "before the model is told to change course (or to submit).",
+        description="Identical failures of the same code in a row before the model is told to change course "
+        "(also: the same work done again, the same output and files, in a row or not, before it is told to submit).",
     )
     loop_guard_stop_after: int = Field(
         default=4,
         ge=1,
-        description="Identical failures of the same code in a row that end the turn as incomplete; also identical "
-        "runs (same output, same files written), or replies that could not be read, in a row that end the loop "
-        "through the extract step.",
+        description="Identical failures of the same code in a row that end the turn as incomplete; also the same "
+        "work done again (same output and files, in a row or not), or replies that could not be read in a row, "
+        "that end the loop through the extract step.",
     )
     max_depth: int = Field(default=2, ge=0, description="How deep child agents may nest; 0 disables delegation.")
     max_children_per_turn: int = Field(default=16, ge=0, description="Child agents one turn may start, all levels.")

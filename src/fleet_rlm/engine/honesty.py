@@ -152,6 +152,46 @@ def _shown(values: list[float]) -> str:
     return shown + (", ..." if len(values) > SHOWN_NUMBERS else "")
 
 
+def _ordinal(n: int) -> str:
+    return {2: "second", 3: "third"}.get(n, f"{n}th")
+
+
+GENERIC_SUBMIT = 'SUBMIT(answer="<the answer, with its figures>")'
+INPUT_NAMES = frozenset({"task", "workspace", "history"})
+"""The RLM's input variables: printing them shows what the model was given, never an answer."""
+
+
+def _prints_only_inputs(call: ast.Call) -> bool:
+    return all(isinstance(arg, ast.Name) and arg.id in INPUT_NAMES for arg in call.args)
+
+
+def submit_suggestion(code: str) -> str:
+    """The SUBMIT call that would hand in what ``code`` prints last: ``print(x)`` becomes
+    ``SUBMIT(answer=str(x))``, ``print(f"...")`` ``SUBMIT(answer=f"...")``; a generic call otherwise
+    (prints of the inputs themselves are passed over)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return GENERIC_SUBMIT
+    printed = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "print"
+        and node.args
+        and not _prints_only_inputs(node)
+    ]
+    if not printed:
+        return GENERIC_SUBMIT
+    args = max(printed, key=lambda node: (node.lineno, node.col_offset)).args
+    if len(args) == 1 and isinstance(args[0], ast.JoinedStr | ast.Constant):
+        return f"SUBMIT(answer={ast.unparse(args[0])})"
+    if len(args) == 1:
+        return f"SUBMIT(answer=str({ast.unparse(args[0])}))"
+    return f"SUBMIT(answer=' '.join(str(v) for v in ({', '.join(ast.unparse(a) for a in args)})))"
+
+
 def could_not_compute(reason: str) -> str:
     """The answer of an ``incomplete`` turn: it says plainly that there is no result, and why."""
     return f"I could not compute the result: {reason}."
@@ -168,8 +208,8 @@ class LoopGuard:
     last_error: str | None = None
     _attempt: tuple[str, str] | None = None
     _repeats: int = 0
-    _run: tuple[str, str, frozenset[str]] | None = None
-    _run_repeats: int = 0
+    _runs: dict[tuple[str, str, frozenset[str]], int] = field(default_factory=dict)
+    _effects: dict[tuple[str, frozenset[str]], int] = field(default_factory=dict)
     _malformed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -179,32 +219,37 @@ class LoopGuard:
 
     def success(self, code: str, output: str, files: frozenset[str] = frozenset()) -> int:
         """Record a successful execution: its printed ``output``, and ``files``, the workspace files changed
-        so far with their sizes. Returns how many times in a row this code had this effect."""
+        so far with their sizes. Returns how many times in this loop this work was done: this code to this
+        effect, or (when it printed something) any code to this effect, in a row or not (a small model
+        prints a result it found again, or cycles through a few steps it already took)."""
         run = (normalized_code(code), output, files)
+        effect = (output, files)
         with self._lock:
             self.succeeded += 1
             self._attempt, self._repeats, self._malformed = None, 0, 0
-            self._run_repeats = self._run_repeats + 1 if run == self._run else 1
-            self._run = run
-            return self._run_repeats
+            self._runs[run] = self._runs.get(run, 0) + 1
+            if output.strip():
+                self._effects[effect] = self._effects.get(effect, 0) + 1
+            return max(self._runs[run], self._effects.get(effect, 0))
 
-    def repeat_advice(self, repeats: int) -> str | None:
-        """What the model is told after its output, when it ran the same code to the same effect again;
-        raises RepeatedWork past the limit."""
+    def repeat_advice(self, repeats: int, code: str) -> str | None:
+        """What the model is told after the output of ``code``, when it ran that code to the same effect
+        before; raises RepeatedWork past the limit.
+
+        The advice names the SUBMIT call to write, built from what the code prints. It does not say that
+        the turn would answer from the work anyway: told that, a 1.5B model wrote no code at all."""
         if repeats >= self.stop_after:
             raise RepeatedWork(
-                f"the same code ran {repeats} times in a row with the same effect instead of submitting its "
-                "result, so the turn answered from that work"
+                f"the same work was done {repeats} times (the same output, the same files written) instead of "
+                "submitting its result, so the turn answered from that work"
             )
         if repeats < self.warn_after:
             return None
         return (
-            f"[Fleet] This same code has now run {repeats} times in a row with the same effect (the same "
-            "output, the same files written); running it again will do the same again. If that output "
-            "answers the task, call SUBMIT now, as the only line of your next code, with the answer written from the variables that hold the "
-            'result, for example SUBMIT(answer=f"The total is {total}.") where total holds it. If the output '
-            f"does not answer the task, change the code. After {self.stop_after} such runs the turn answers "
-            "from this work."
+            f"[Fleet] This is the same output, with the same files written, for the {_ordinal(repeats)} time: "
+            "running this again will do the same again. If that output answers the task, your next code must be "
+            f"one line that submits it, such as:\n{submit_suggestion(code)}\n"
+            "If the output does not answer the task, change the code."
         )
 
     def failure(self, code: str, error_type: str, message: str) -> int:
@@ -216,7 +261,7 @@ class LoopGuard:
             self.last_error = f"{error_type}: {said}" if said else error_type
             self._repeats = self._repeats + 1 if attempt == self._attempt else 1
             self._attempt = attempt
-            self._run, self._run_repeats, self._malformed = None, 0, 0
+            self._malformed = 0
             return self._repeats
 
     def malformed(self) -> int:

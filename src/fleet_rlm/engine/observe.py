@@ -279,7 +279,7 @@ class ObservedSandbox:
             if own_code:
                 files, announced = self._after_execute(), True
                 output = result if isinstance(result, str) else repr(result)
-                advice = trace.guard.repeat_advice(trace.guard.success(code, output, files))
+                advice = trace.guard.repeat_advice(trace.guard.success(code, output, files), code)
                 if advice is not None and isinstance(result, str):
                     return f"{result}\n\n{advice}" if result else advice
             return result
