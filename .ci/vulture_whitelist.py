@@ -123,3 +123,5 @@ _.idle_seconds
 # store.sqlite_inline.InlineConnection: SQLAlchemy's aiosqlite adapter puts calls on the connection's
 # ``_tx`` queue to set its isolation level (tests/store/test_sqlite_inline.py).
 _._tx
+# engine.adapters.FleetChatAdapter: DSPy's ChatAdapter calls it for the adapter it falls back to.
+_._make_json_adapter_fallback

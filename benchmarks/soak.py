@@ -109,7 +109,8 @@ def responder(delay: float) -> Any:
         if "[[ ## code ## ]]" not in last:
             return fields_reply(reasoning="Scripted.", answer="A scripted answer.")
         script = RLM_SCRIPTS[_kind_in(task_of(request))]
-        done = last.count(STEP)
+        # Earlier iterations are the model's own messages (Fleet sends the trajectory as a conversation).
+        done = sum(str(message.get("content", "")).count(STEP) for message in messages)
         return rlm_step(f"Step {done + 1}.", f"{STEP}\n{script[min(done, len(script) - 1)]}")
 
     return answer

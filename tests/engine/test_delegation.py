@@ -4,7 +4,7 @@ import asyncio
 import json
 import time
 
-from fleet_rlm.models.scripted import Reply, rlm_step
+from fleet_rlm.models.scripted import Reply, rlm_step, task_of
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.testing.processes import live_sandbox_pids
 from fleet_rlm.workspace.hashing import hash_file
@@ -85,7 +85,7 @@ def test_depth_limit_withholds_delegation_from_the_deepest_child(harness: Harnes
 
     assert run.outcome.answer == "answered without grandchildren"
     assert [e.data["depth"] for e in run.of(EventType.CHILD_STARTED)] == [1]
-    child_requests = [r for r in harness.server.model.requests if "child deep" in str(r["messages"][-1])]
+    child_requests = [r for r in harness.server.model.requests if task_of(r) == "child deep"]
     assert "spawn_agent" not in str(child_requests[0]["messages"][0]["content"])
     assert "NameError" in str(child_requests[1]["messages"])
 

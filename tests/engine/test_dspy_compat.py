@@ -212,3 +212,13 @@ def test_process_wide_setting_is_what_configure_set_whatever_the_context() -> No
         )
     finally:
         dspy.configure(max_trace_size=configured)
+
+
+def test_repl_history_has_the_entries_fleets_adapters_send_as_a_conversation() -> None:
+    assert dspy_compat.REPLHistory is internal("dspy.primitives.repl_types", "REPLHistory")
+    assert dspy_compat.REPLEntry is internal("dspy.primitives.repl_types", "REPLEntry")
+    history = dspy_compat.REPLHistory(max_output_chars=10).append(reasoning="r", code="c", output="o" * 30)
+    (entry,) = history.entries
+    expect((entry.reasoning, entry.code, entry.output) == ("r", "c", "o" * 30), "REPLEntry", "its three fields")
+    shown = dspy_compat.REPLEntry.format_output(entry.output, history.max_output_chars)
+    expect(shown.startswith("Output (30 chars):"), "REPLEntry.format_output", "a header with the true length")

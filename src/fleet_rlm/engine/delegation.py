@@ -25,6 +25,7 @@ from typing import Any
 import dspy
 
 from fleet_rlm.config import Settings
+from fleet_rlm.engine.adapters import turn_adapter
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import LoopGuard, could_not_compute, incomplete_in
@@ -287,7 +288,8 @@ class ChildRun:
         root = MeteredLM(self.delegation.lm, budget, f"child:{self.child_id}", streaming=False)
         callbacks = RLMCallbacks(self.trace, rlm.generate_action, rlm.extract)
         try:
-            with program_context(root, self.usage, callbacks):
+            adapter = turn_adapter(self.task)
+            with program_context(root, self.usage, callbacks, adapter=adapter):
                 prediction = rlm(**inputs)
             budget.check_alive()
             outcome["answer"] = str(prediction.answer)

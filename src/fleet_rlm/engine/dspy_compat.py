@@ -20,6 +20,8 @@ try:
     from dspy.primitives.facade import CONSTRUCT_TOOL as _CONSTRUCT_TOOL
     from dspy.primitives.facade import SIGNATURE_MARKER as _SIGNATURE_MARKER
     from dspy.primitives.facade import SandboxLM as _SandboxLM
+    from dspy.primitives.repl_types import REPLEntry as _REPLEntry
+    from dspy.primitives.repl_types import REPLHistory as _REPLHistory
     from dspy.utils.constants import IS_TYPE_UNDEFINED as _IS_TYPE_UNDEFINED
     from dspy.utils.exceptions import AdapterParseError as _AdapterParseError
     from dspy.utils.usage_tracker import UsageTracker as _UsageTracker
@@ -35,6 +37,8 @@ __all__ = [
     "RLM_ITERATION_HOOKS",
     "SIGNATURE_MARKER",
     "AdapterParseError",
+    "REPLEntry",
+    "REPLHistory",
     "SandboxLM",
     "UsageTracker",
     "adapter_call_origin",
@@ -52,6 +56,15 @@ RLM_ITERATION_HOOKS = ("_execute_iteration", "_aexecute_iteration", "_extract_fa
 """``dspy.RLM``'s methods ``FleetRLM`` overrides or calls: ``_execute_iteration(repl, variables, history,
 iteration, ...)`` (and its async twin) returning a Prediction or the next history, and
 ``_extract_fallback(variables, history, output_field_names)`` (and its async twin)."""
+
+REPLHistory = _REPLHistory
+"""``dspy.primitives.repl_types.REPLHistory``: the ``repl_history`` input of ``dspy.RLM``'s action and
+extract steps (``entries``, ``max_output_chars``; ``append(reasoning=, code=, output=)`` returns a new one);
+Fleet's adapters send its entries as a conversation."""
+
+REPLEntry = _REPLEntry
+"""``dspy.primitives.repl_types.REPLEntry``: one iteration in a ``REPLHistory`` (``reasoning``, ``code``,
+``output``; ``REPLEntry.format_output(output, max_output_chars)`` is how DSPy shows an output)."""
 
 UsageTracker = _UsageTracker
 """``dspy.utils.usage_tracker.UsageTracker``: the base of ``engine.usage.TurnUsage``. DSPy hands every

@@ -110,14 +110,17 @@ class MeteredLM(BaseLM):  # type: ignore[misc]
 
 
 def program_context(
-    lm: BaseLM, usage: UsageTracker, *callbacks: BaseCallback
+    lm: BaseLM, usage: UsageTracker, *callbacks: BaseCallback, adapter: dspy.Adapter | None = None
 ) -> contextlib.AbstractContextManager[None]:
-    """The DSPy context a turn's or a child's program runs in: its model, its usage tracker, and Fleet's
-    callbacks added after the ones already installed (``dspy.configure(callbacks=...)``, e.g. MLflow's
-    DSPy autologging), which ``dspy.context(callbacks=...)`` alone would replace."""
+    """The DSPy context a turn's or a child's program runs in: its model, its usage tracker, its adapter
+    when it has one of its own, and Fleet's callbacks added after the ones already installed
+    (``dspy.configure(callbacks=...)``, e.g. MLflow's DSPy autologging), which ``dspy.context(callbacks=...)``
+    alone would replace."""
     installed = list(dspy.settings.callbacks or [])
+    extra: dict[str, Any] = {} if adapter is None else {"adapter": adapter}
     return dspy.context(  # type: ignore[no-any-return]
         lm=lm,
+        **extra,
         callbacks=[*installed, *callbacks],
         usage_tracker=usage,
         track_usage=True,

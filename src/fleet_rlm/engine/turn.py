@@ -22,6 +22,7 @@ import dspy
 from dspy.primitives import CodeInterpreterError
 
 from fleet_rlm.config import Settings
+from fleet_rlm.engine.adapters import turn_adapter
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.delegation import Delegation
 from fleet_rlm.engine.emitter import EventEmitter
@@ -310,15 +311,18 @@ class Turn:
         settings = self.settings
         skills = TurnSkills.found()
         skills.install(self.workspace, self.trace, report_catalog=True)
+        root_lm = MeteredLM(build_lm(settings.lm), self.budget, "root", streaming=settings.lm.stream)
+        task = self._task_text()
         ctx = RouteContext(
             settings=settings,
             budget=self.budget,
             trace=self.trace,
-            root_lm=MeteredLM(build_lm(settings.lm), self.budget, "root", streaming=settings.lm.stream),
+            root_lm=root_lm,
+            adapter=turn_adapter(task),
             sub_lm=MeteredLM(build_lm(settings.sub_lm.over(settings.lm)), self.budget, "sub", streaming=False),
             max_iterations=self.max_iterations,
             inputs={
-                "task": Text(self._task_text()),
+                "task": Text(task),
                 "workspace": Text(self._workspace_text()),
                 "history": Text(
                     render_context([(h.message, h.answer) for h in self.request.history], self.request.memory)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet_rlm.config import Settings
+from fleet_rlm.engine.adapters import TurnAdapter
 from fleet_rlm.engine.budget import TurnBudget
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM, program_context
@@ -21,6 +22,8 @@ class RouteContext:
     budget: TurnBudget
     trace: TurnTrace
     root_lm: MeteredLM
+    adapter: TurnAdapter
+    """How the root model is asked for its replies and how they are read (``engine.adapters``)."""
     sub_lm: MeteredLM
     max_iterations: int
     inputs: dict[str, Text]
@@ -37,5 +40,5 @@ class RouteContext:
     """The program served: Fleet's built-in one unless an optimized one was approved."""
 
     def lm_context(self, *callbacks: Any) -> AbstractContextManager[None]:
-        """The DSPy context every route runs its program in: metered root model, usage tracking."""
-        return program_context(self.root_lm, self.budget.usage, *callbacks)
+        """The DSPy context every route runs its program in: metered root model, its adapter, usage tracking."""
+        return program_context(self.root_lm, self.budget.usage, *callbacks, adapter=self.adapter)

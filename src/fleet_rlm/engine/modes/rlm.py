@@ -8,6 +8,7 @@ from typing import Any
 import dspy
 from dspy.streaming import StatusMessageProvider, StreamListener, StreamResponse
 
+from fleet_rlm.engine.adapters import stream_as
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.observe import RLMCallbacks
 from fleet_rlm.engine.program import build_rlm
@@ -66,6 +67,9 @@ DELTA_EVENTS: dict[str, type[ReasoningDelta | CodeDelta]] = {"reasoning": Reason
 async def stream_program(ctx: RouteContext, program: Any, predictor: Any, fields: tuple[str, ...]) -> Any:
     """Run ``program`` with DSPy streaming; pieces of ``fields`` written by ``predictor`` become delta events."""
     listeners = [StreamListener(name, predict=predictor, allow_reuse=True) for name in fields]
+    for listener in listeners:
+        identifiers = listener.adapter_identifiers
+        identifiers.setdefault(type(ctx.adapter).__name__, identifiers[stream_as(ctx.adapter)])
     # The program runs as a coroutine on this turn's own event loop (``acall``), not through
     # ``asyncify``: asyncify shares one process-wide thread limiter between every loop, and with more
     # concurrent turns than its tokens a turn waits on another loop's future and never wakes. The
