@@ -125,3 +125,5 @@ _.idle_seconds
 _._tx
 # engine.adapters.FleetChatAdapter: DSPy's ChatAdapter calls it for the adapter it falls back to.
 _._make_json_adapter_fallback
+# engine.adapters.SchemaAdapter: DSPy's JSONAdapter calls it before each call to put response_format in.
+_._prepare_response_format

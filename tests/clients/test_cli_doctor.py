@@ -3,6 +3,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fleet_rlm.models.scripted import ScriptedModel, ScriptedModelServer
+
 from .test_cli_run import fleet
 
 
@@ -56,3 +58,20 @@ def test_an_unknown_sandbox_backend_is_named_by_doctor_and_refused_by_run_and_se
         assert refused.returncode == 2, refused.stderr
         assert "fleet: error: unknown sandbox backend 'daytona'" in refused.stderr
         assert "known backends: local" in refused.stderr
+
+
+def test_doctor_says_whether_the_endpoint_constrains_replies_to_a_schema(tmp_path: Path) -> None:
+    with ScriptedModelServer(ScriptedModel(json_schema="honour")) as honouring:
+        honouring.script("m", '{"ok": true}')
+        env = {"FLEET_LM_MODEL": "openai/m", "FLEET_LM_BASE_URL": honouring.base_url, "COLUMNS": "300"}
+        result = fleet(["doctor"], tmp_path, env)
+    assert "pass  reply schema: the endpoint constrains replies to a JSON schema (json_schema)" in result.stdout
+
+    with ScriptedModelServer(ScriptedModel(json_schema="refuse")) as refusing:
+        env = {"FLEET_LM_MODEL": "openai/m", "FLEET_LM_BASE_URL": refusing.base_url, "COLUMNS": "300"}
+        result = fleet(["doctor"], tmp_path, env)
+    assert (
+        "warn  reply schema: json_schema: refused (400); json_object_schema: refused (400): replies use DSPy's chat "
+        "format, which a small model does not always follow"
+    ) in result.stdout
+    assert "fix: serve the model where response_format takes a JSON schema" in result.stdout

@@ -16,7 +16,7 @@ from fleet_rlm.config.names import field_at, short_names
 
 SHORT_NAMES_BEFORE_SECTIONS = {
     "home", "lm_model", "lm_base_url", "lm_api_key", "lm_temperature", "lm_max_tokens", "lm_timeout",
-    "lm_num_retries", "lm_stream", "sub_lm_model", "sub_lm_base_url", "sub_lm_api_key", "sub_lm_temperature",
+    "lm_num_retries", "lm_stream", "lm_structured_output", "sub_lm_model", "sub_lm_base_url", "sub_lm_api_key", "sub_lm_temperature",
     "sub_lm_max_tokens", "max_iterations", "max_model_calls", "turn_timeout", "execution_timeout",
     "max_output_chars", "max_tokens_per_turn", "loop_guard_warn_after", "loop_guard_stop_after", "max_depth",
     "max_children_per_turn", "max_concurrent_children", "child_max_iterations", "child_timeout",

@@ -222,3 +222,21 @@ def test_repl_history_has_the_entries_fleets_adapters_send_as_a_conversation() -
     expect((entry.reasoning, entry.code, entry.output) == ("r", "c", "o" * 30), "REPLEntry", "its three fields")
     shown = dspy_compat.REPLEntry.format_output(entry.output, history.max_output_chars)
     expect(shown.startswith("Output (30 chars):"), "REPLEntry.format_output", "a header with the true length")
+
+
+def test_the_json_adapters_format_hook_and_schema_model() -> None:
+    hook = getattr(dspy.JSONAdapter, dspy_compat.JSON_ADAPTER_FORMAT_HOOK, None)
+    expect(hook is not None, dspy_compat.JSON_ADAPTER_FORMAT_HOOK, "a JSONAdapter method")
+    expect(
+        parameters(hook) == ["self", "lm", "lm_kwargs", "signature"],
+        "JSONAdapter._prepare_response_format",
+        "(lm, lm_kwargs, signature)",
+    )
+    assert dspy_compat.structured_outputs_model is internal(
+        "dspy.adapters.json_adapter", "_get_structured_outputs_response_format"
+    )
+    schema = dspy_compat.structured_outputs_model(dspy.Signature("question -> reasoning, code")).model_json_schema()
+    expect(
+        schema["required"] == ["reasoning", "code"], "_get_structured_outputs_response_format", "every field required"
+    )
+    expect(schema["additionalProperties"] is False, "_get_structured_outputs_response_format", "no other fields")

@@ -52,6 +52,14 @@ class LMSettings(BaseModel):
     timeout: float = Field(default=120.0, gt=0, description="Seconds to wait for one model response (sub-model too).")
     num_retries: int = Field(default=2, ge=0, description="Retries of a failed model call (sub-model too).")
     stream: bool = Field(default=True, description="Stream completions so reasoning and code arrive live.")
+    structured_output: Literal["auto", "json_schema", "json_object_schema", "off"] = Field(
+        default="auto",
+        description=(
+            "Ask the endpoint for replies that follow a JSON schema, so none is malformed: auto (probe the "
+            "endpoint once and use what it honours), json_schema (OpenAI's response_format), json_object_schema "
+            "(llama-cpp-python's), or off (DSPy's chat format)."
+        ),
+    )
 
 
 class SubLMSettings(BaseModel):

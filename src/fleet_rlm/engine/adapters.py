@@ -1,21 +1,32 @@
 """How a turn's programs ask the root model for a reply and read it.
 
-``dspy.RLM`` hands the model its earlier iterations as one ``repl_history`` text inside a single user
-message. Small models read that as context rather than as their own work: at every iteration they wrote
-the same first step again ("this is the first interaction"). Fleet's adapters send each earlier
-iteration as the model's own assistant message (its reasoning and code) followed by a user message with
-that code's output, the layout chat models are trained on, so the model sees what it already did and
-what came of it; the last message restates the task, as the RLM paper's reference implementation does
-at every step.
+Two things change from DSPy's adapters, and only for calls to the turn's root model:
+
+- **The trajectory is a conversation.** ``dspy.RLM`` hands the model its earlier iterations as one
+  ``repl_history`` text inside a single user message. Small models read that as context rather than as
+  their own work: at every iteration they wrote the same first step again ("this is the first
+  interaction"). Fleet's adapters send each earlier iteration as the model's own assistant message
+  (its reasoning and code) followed by a user message with that code's output, the layout chat models
+  are trained on, so the model sees what it already did and what came of it; the last message restates
+  the task, as the RLM paper's reference implementation does at every step.
+- **Replies follow a schema where the endpoint enforces one.** When the endpoint honours a JSON schema
+  in ``response_format`` (:mod:`fleet_rlm.models.structured`), the root model is asked for a JSON object
+  with exactly the signature's output fields, so a reply can only be unreadable when it was cut short.
+
+Calls to any other model (the sub-model behind ``llm_query``, bridged predictors) get DSPy's chat
+adapter unchanged.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import dspy
 
-from fleet_rlm.engine.dspy_compat import REPLEntry, REPLHistory
+from fleet_rlm.config.sections import LMSettings
+from fleet_rlm.engine.dspy_compat import REPLEntry, REPLHistory, structured_outputs_model
+from fleet_rlm.models.structured import Style, response_format, schema_support
 
 VARIABLES = "variables_info"
 HISTORY = "repl_history"
@@ -108,12 +119,84 @@ class FleetJSONAdapter(TrajectoryAsConversation, dspy.JSONAdapter):  # type: ign
         self.task = task
 
 
-TurnAdapter = FleetChatAdapter
+class SchemaAdapter(FleetJSONAdapter):
+    """:class:`FleetJSONAdapter` sending the signature's output schema in ``style`` with each call to
+    ``root``; calls to any other model (whose endpoint was not probed) go through :class:`FleetChatAdapter`."""
+
+    def __init__(self, style: Style, root: Any, task: str | None = None) -> None:
+        super().__init__(task)
+        self.style: Style = style
+        self.root = root
+        self._chat = FleetChatAdapter()
+
+    def __call__(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any, demos: Any, inputs: Any) -> Any:
+        if lm is not self.root:
+            return self._chat(lm, lm_kwargs, signature, demos, inputs)
+        return super().__call__(lm, lm_kwargs, signature, demos, inputs)
+
+    async def acall(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any, demos: Any, inputs: Any) -> Any:
+        if lm is not self.root:
+            return await self._chat.acall(lm, lm_kwargs, signature, demos, inputs)
+        return await super().acall(lm, lm_kwargs, signature, demos, inputs)
+
+    def _prepare_response_format(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any) -> None:
+        schema = structured_outputs_model(signature).model_json_schema()
+        lm_kwargs["response_format"] = response_format(self.style, "reply", schema)
+
+    def parse(self, signature: Any, completion: str) -> dict[str, Any]:
+        fields: dict[str, Any] = super().parse(signature, completion)
+        if isinstance(fields.get("code"), str):
+            fields["code"] = escaped_string_newlines(fields["code"])
+        return fields
 
 
-def turn_adapter(task: str) -> TurnAdapter:
-    """The adapter a turn's (or a child's) programs run with, ``task`` being what it was asked."""
-    return FleetChatAdapter(task)
+MAX_NEWLINE_REPAIRS = 50
+_FENCED = re.compile(r"\A(\s*```[\w+-]*\n)(.*?)(\n```\s*)\Z", re.DOTALL)
+
+
+def escaped_string_newlines(code: str) -> str:
+    """``code`` with each line break inside a one-line string literal written as ``\\n`` again.
+
+    In a JSON reply, code must write the escape ``\\n`` as ``\\\\n``; a small model writes ``\\n``, which
+    JSON reads as a line break, so ``split('\\n')`` arrives split over two lines and does not compile.
+    Only code that does not compile for exactly that reason (an unterminated string literal) is changed,
+    so valid code is never touched."""
+    fenced = _FENCED.match(code)
+    if fenced:
+        return fenced.group(1) + escaped_string_newlines(fenced.group(2)) + fenced.group(3)
+    for _ in range(MAX_NEWLINE_REPAIRS):
+        try:
+            compile(code, "<reply>", "exec")
+        except SyntaxError as error:
+            lines = code.split("\n")
+            line = (error.lineno or 0) - 1
+            if not (error.msg or "").startswith("unterminated string literal") or not 0 <= line < len(lines) - 1:
+                return code
+            lines[line : line + 2] = [lines[line] + "\\n" + lines[line + 1]]
+            code = "\n".join(lines)
+        else:
+            return code
+    return code
+
+
+TurnAdapter = FleetChatAdapter | SchemaAdapter
+
+
+def schema_style(lm: LMSettings) -> Style | None:
+    """The style in which the root endpoint is sent its replies' schema, or None for DSPy's chat format:
+    ``lm.structured_output`` when it names one, what the endpoint was found to honour under ``auto``."""
+    if lm.structured_output == "off":
+        return None
+    if lm.structured_output != "auto":
+        return lm.structured_output
+    return schema_support(lm).style
+
+
+def turn_adapter(lm: LMSettings, root: Any, task: str) -> TurnAdapter:
+    """The adapter a turn's (or a child's) programs run with, ``root`` being its metered root model and
+    ``task`` what it was asked."""
+    style = schema_style(lm)
+    return FleetChatAdapter(task) if style is None else SchemaAdapter(style, root, task)
 
 
 def stream_as(adapter: dspy.Adapter) -> str:

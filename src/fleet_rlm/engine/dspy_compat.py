@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 try:
+    from dspy.adapters.json_adapter import _get_structured_outputs_response_format
     from dspy.adapters.utils import annotation_allows_none as _annotation_allows_none
     from dspy.clients._deprecation import _adapter_call
     from dspy.clients._deprecation import adapter_message_call as _adapter_message_call
@@ -34,6 +35,7 @@ __all__ = [
     "CALL_TOOL",
     "CONSTRUCT_TOOL",
     "IS_TYPE_UNDEFINED",
+    "JSON_ADAPTER_FORMAT_HOOK",
     "RLM_ITERATION_HOOKS",
     "SIGNATURE_MARKER",
     "AdapterParseError",
@@ -46,6 +48,7 @@ __all__ = [
     "annotation_allows_none",
     "process_wide_setting",
     "strip_code_fences",
+    "structured_outputs_model",
 ]
 
 AdapterParseError = _AdapterParseError
@@ -56,6 +59,16 @@ RLM_ITERATION_HOOKS = ("_execute_iteration", "_aexecute_iteration", "_extract_fa
 """``dspy.RLM``'s methods ``FleetRLM`` overrides or calls: ``_execute_iteration(repl, variables, history,
 iteration, ...)`` (and its async twin) returning a Prediction or the next history, and
 ``_extract_fallback(variables, history, output_field_names)`` (and its async twin)."""
+
+JSON_ADAPTER_FORMAT_HOOK = "_prepare_response_format"
+"""``dspy.JSONAdapter._prepare_response_format(lm, lm_kwargs, signature)``: where DSPy's JSON adapter puts
+``response_format`` in a call's ``lm_kwargs`` before the call; ``engine.adapters.SchemaAdapter``
+overrides it to send the schema in the style the endpoint honours."""
+
+structured_outputs_model = _get_structured_outputs_response_format
+"""``dspy.adapters.json_adapter._get_structured_outputs_response_format(signature) -> type[BaseModel]``: a
+pydantic model of the signature's output fields whose ``model_json_schema()`` is the strict JSON schema
+(every property required, no others) DSPy's JSON adapter would send."""
 
 REPLHistory = _REPLHistory
 """``dspy.primitives.repl_types.REPLHistory``: the ``repl_history`` input of ``dspy.RLM``'s action and

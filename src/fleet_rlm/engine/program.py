@@ -155,7 +155,8 @@ class LoopRecovery:
                 raise NothingComputed(f"{why} and no code ran successfully") from error
             self.end_early(why)
             return None
-        observation = malformed_observation(error, fields, in_a_row, self.guard.stop_after)
+        as_json = isinstance(dspy.settings.adapter, dspy.JSONAdapter)
+        observation = malformed_observation(error, fields, in_a_row, self.guard.stop_after, as_json=as_json)
         return history.append(reasoning="(the reply could not be read)", code=NOTHING_RAN, output=observation)
 
     def show_written_files(self, repl: Any, history: Any) -> Any:

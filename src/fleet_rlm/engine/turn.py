@@ -318,7 +318,7 @@ class Turn:
             budget=self.budget,
             trace=self.trace,
             root_lm=root_lm,
-            adapter=turn_adapter(task),
+            adapter=turn_adapter(settings.lm, root_lm, task),
             sub_lm=MeteredLM(build_lm(settings.sub_lm.over(settings.lm)), self.budget, "sub", streaming=False),
             max_iterations=self.max_iterations,
             inputs={

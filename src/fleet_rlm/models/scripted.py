@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 Responder = Callable[[dict[str, Any]], "str | Reply"]
 """Answers a request from its content: the reply's text, or a whole :class:`Reply`."""
@@ -46,6 +46,11 @@ def fields_reply(**fields: str) -> str:
     return "\n\n".join([*parts, "[[ ## completed ## ]]"])
 
 
+def json_reply(**fields: Any) -> str:
+    """A reply as a server enforcing the signature's schema writes it: one JSON object of the fields."""
+    return json.dumps(fields)
+
+
 _TASK_PREVIEW = re.compile(r"Variable: `task`.*?Preview:\n(\s*)```\n(.*?)\n\s*```", re.DOTALL)
 
 
@@ -69,6 +74,10 @@ class ScriptedModel:
     task_replies: list[tuple[str, str, deque[Reply | Responder]]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     default: Responder | None = None
+    json_schema: Literal["refuse", "ignore", "honour"] = "refuse"
+    """What this model does with a JSON schema in ``response_format`` (OpenAI's style or
+    llama-cpp-python's): refuse the request (400, no reply taken), ignore the schema, or honour it (each
+    scripted reply is checked against it, since a constraining server never breaks it)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def script(self, model: str, *replies: str | Reply | Responder) -> None:
@@ -140,7 +149,15 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._json(404, {"error": {"message": f"unknown path {self.path}"}})
             return
+        schema = requested_schema(request)
+        if schema is not None and self.server.model.json_schema == "refuse":
+            self._json(400, {"error": {"message": "response_format with a JSON schema is not supported"}})
+            return
         reply = self.server.model.next_reply(request)
+        if schema is not None and self.server.model.json_schema == "honour" and reply.status == 200:
+            broken = schema_problem(reply.text, schema)
+            if broken:
+                reply = Reply(status=500, text=f"scripted reply breaks the requested schema: {broken}")
         if reply.delay:
             time.sleep(reply.delay)
         if reply.status != 200:
@@ -205,6 +222,30 @@ class _Handler(BaseHTTPRequestHandler):
     def _event(self, body: dict[str, Any]) -> None:
         self.wfile.write(b"data: " + json.dumps(body).encode() + b"\n\n")
         self.wfile.flush()
+
+
+def requested_schema(request: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema a request's ``response_format`` asks replies to follow, in either style, if any."""
+    format_ = request.get("response_format")
+    if not isinstance(format_, dict):
+        return None
+    if format_.get("type") == "json_schema":
+        schema = (format_.get("json_schema") or {}).get("schema")
+    else:
+        schema = format_.get("schema")
+    return schema if isinstance(schema, dict) else None
+
+
+def schema_problem(text: str, schema: dict[str, Any]) -> str | None:
+    """What in ``text`` breaks ``schema`` (a JSON object and its required properties), or None."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return "not JSON"
+    if not isinstance(value, dict):
+        return "not a JSON object"
+    missing = [name for name in schema.get("required", []) if name not in value]
+    return f"missing {', '.join(missing)}" if missing else None
 
 
 def _usage(reply: Reply) -> dict[str, int]:

@@ -146,7 +146,11 @@ def doctor(
                 checks.append(check)
         checks.append(doctor_checks.check_sandbox(settings))
         checks.extend(doctor_checks.check_limits(settings))
-        checks.append(doctor_checks.check_model(settings))
+        model_check = doctor_checks.check_model(settings)
+        checks.append(model_check)
+        schema_check = doctor_checks.check_reply_schema(settings) if model_check.ok else None
+        if schema_check is not None:
+            checks.append(schema_check)
         checks.append(doctor_checks.check_kernels(settings))
     for check in checks:
         _print_check(console, check)

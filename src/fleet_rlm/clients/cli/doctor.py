@@ -14,6 +14,7 @@ from fleet_rlm.config import ConfigError, Settings, config_files, load_settings
 from fleet_rlm.engine.turn import TurnRequest, build_turn
 from fleet_rlm.models.endpoint import probe_endpoint
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.models.structured import schema_support
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.sandbox.registry import UnknownSandboxBackend, backend_names, configured_backend
@@ -115,6 +116,27 @@ def check_limits(settings: Settings) -> list[Check]:
 def check_model(settings: Settings) -> Check:
     probe = probe_endpoint(settings.lm)
     return Check("model endpoint", probe.ok, probe.message, probe.fix)
+
+
+def check_reply_schema(settings: Settings) -> Check | None:
+    """Whether the model endpoint constrains replies to a JSON schema (``lm.structured_output``); None
+    when the endpoint does not answer (the model check says so)."""
+    lm = settings.lm
+    name = "reply schema"
+    if lm.structured_output != "auto":
+        return Check(name, True, f"lm.structured_output = {lm.structured_output} (not probed)")
+    support = schema_support(lm)
+    if not support.reached:
+        return None
+    if support.style is not None:
+        return Check(name, True, f"the endpoint constrains replies to a JSON schema ({support.style})")
+    return Check(
+        name,
+        True,
+        f"{support.detail}: replies use DSPy's chat format, which a small model does not always follow",
+        "serve the model where response_format takes a JSON schema (llama.cpp, vLLM), if you can",
+        warn=True,
+    )
 
 
 def check_kernels(settings: Settings) -> Check:
