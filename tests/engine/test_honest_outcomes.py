@@ -301,3 +301,22 @@ def test_code_that_prints_nothing_is_not_taken_for_a_repeated_result(harness: Ha
 
     assert (run.outcome.status, run.outcome.answer) == ("completed", "3")
     assert all("[Fleet]" not in prompt_text(r) for r in harness.server.model.requests_for("root"))
+
+
+def test_a_model_that_writes_no_code_after_its_result_gets_an_answer_from_that_work(harness: Harness) -> None:
+    """Seen with a real 1.5B model: it printed the right mean, then sent empty code four times."""
+
+    def root(request: dict[str, Any]) -> str:
+        if "extract the final outputs now" in prompt_text(request):
+            return fields_reply(answer="The mean is 97.15.")
+        if len(harness.server.model.requests_for("root")) == 1:
+            return rlm_step("Compute.", "print('mean is 97.15')")
+        return rlm_step("Done.", "")
+
+    harness.server.model.default = root
+    run = harness.run("Mean?", max_iterations=8)
+
+    assert run.outcome.status == "completed", run.outcome.error
+    assert (run.outcome.answer, run.outcome.answer_source) == ("The mean is 97.15.", "extracted")
+    assert "the same work was done 4 times" in str(run.outcome.unverified_reason)
+    assert run.outcome.usage["iterations"] == 5

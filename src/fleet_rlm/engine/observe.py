@@ -22,7 +22,7 @@ from fleet_rlm.engine.dspy_compat import strip_code_fences
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.evidence import PrintedOutputs
 from fleet_rlm.engine.honesty import LoopGuard
-from fleet_rlm.engine.program import LoopRecovery
+from fleet_rlm.engine.program import SHOW_WRITTEN_FILES, LoopRecovery
 from fleet_rlm.engine.restart import SandboxRestarter, restart_observation
 from fleet_rlm.protocol.events import new_id
 from fleet_rlm.protocol.payloads import (
@@ -278,9 +278,11 @@ class ObservedSandbox:
             trace.ran_without_error(own_code)
             if own_code:
                 files, announced = self._after_execute(), True
-                output = result if isinstance(result, str) else repr(result)
+                if code == SHOW_WRITTEN_FILES:  # Fleet's own code, run after the loop ended: not the model's work
+                    return result
+                output = "" if result is None else result if isinstance(result, str) else repr(result)
                 advice = trace.guard.repeat_advice(trace.guard.success(code, output, files), code)
-                if advice is not None and isinstance(result, str):
+                if advice is not None and (result is None or isinstance(result, str)):
                     return f"{result}\n\n{advice}" if result else advice
             return result
         finally:
