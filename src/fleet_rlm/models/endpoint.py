@@ -18,6 +18,13 @@ class EndpointCheck:
     fix: str | None = None
 
 
+def auth_headers(lm: LMSettings) -> dict[str, str]:
+    """The headers a request to the endpoint carries: its API key, when one is set."""
+    if lm.api_key is None:
+        return {}
+    return {"Authorization": f"Bearer {lm.api_key.get_secret_value()}"}
+
+
 def probe_endpoint(lm: LMSettings) -> EndpointCheck:
     """``GET {base_url}/models``, as OpenAI-compatible servers answer it. A provider's default endpoint
     (no base URL) is not probed: that would spend the person's quota on a check."""
@@ -25,9 +32,7 @@ def probe_endpoint(lm: LMSettings) -> EndpointCheck:
         return EndpointCheck(False, "no model configured", "set FLEET_LM_MODEL (and FLEET_LM_BASE_URL)")
     if not lm.base_url:
         return EndpointCheck(True, f"{lm.model} via the provider's default endpoint (not probed)")
-    headers = {}
-    if lm.api_key is not None:
-        headers["Authorization"] = f"Bearer {lm.api_key.get_secret_value()}"
+    headers = auth_headers(lm)
     url = lm.base_url.rstrip("/") + "/models"
     try:
         response = httpx.get(url, headers=headers, timeout=min(lm.timeout, PROBE_TIMEOUT_SECONDS))

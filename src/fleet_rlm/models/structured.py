@@ -17,6 +17,7 @@ from typing import Any, Literal
 import httpx
 
 from fleet_rlm.config.sections import LMSettings
+from fleet_rlm.models.endpoint import auth_headers
 
 PROBE_TIMEOUT_SECONDS = 30.0
 PROBE_MAX_TOKENS = 12
@@ -26,7 +27,7 @@ refusal (llama-cpp-python answers 500 to a ``response_format`` type it does not 
 
 Style = Literal["json_schema", "json_object_schema"]
 """How a schema is sent: OpenAI's ``{"type": "json_schema", "json_schema": {...}}``, or llama-cpp-python's
-``{"type": "json_object", "schema": {...}}`` (its server ignores the first)."""
+``{"type": "json_object", "schema": {...}}`` (its server refuses the first with a 500)."""
 
 STYLES: tuple[Style, ...] = ("json_schema", "json_object_schema")
 
@@ -60,9 +61,7 @@ Answer = Literal["honoured", "refused", "ignored", "unreachable"]
 
 def _ask(lm: LMSettings, style: Style) -> tuple[Answer, str]:
     assert lm.base_url and lm.model
-    headers = {}
-    if lm.api_key is not None:
-        headers["Authorization"] = f"Bearer {lm.api_key.get_secret_value()}"
+    headers = auth_headers(lm)
     body = {
         "model": lm.model.split("/", 1)[1] if lm.model.startswith("openai/") else lm.model,
         "messages": [{"role": "user", "content": "Say hello."}],
