@@ -59,6 +59,26 @@ def test_submit_with_typed_output_fields(sandbox: LocalSandbox) -> None:
         sandbox.execute("SUBMIT(answer='a', count=1, extra=2)")
 
 
+def test_submit_takes_a_computed_figure_as_text_and_explains_none(sandbox: LocalSandbox) -> None:
+    sandbox.output_fields = [{"name": "answer", "type": "str"}]
+    assert sandbox.execute("total = 12838\nSUBMIT(answer=total)") == FinalOutput({"answer": "12838"})
+    assert sandbox.execute("SUBMIT(2.5)") == FinalOutput({"answer": "2.5"})
+    # What pandas returns for a column's sum.
+    numpy_total = "import numpy as np\nSUBMIT(answer=np.int64(29342))"
+    assert sandbox.execute(numpy_total) == FinalOutput({"answer": "29342"})
+    with pytest.raises(CodeExecutionError, match=r"must be str, got bool: np.True_"):
+        sandbox.execute("import numpy as np\nSUBMIT(answer=np.bool_(True))")
+    with pytest.raises(CodeExecutionError) as caught:
+        sandbox.execute("import io\nSUBMIT(answer=io.StringIO().write('x') and None)")
+    message = str(caught.value)
+    assert "field 'answer' must be str, got NoneType" in message
+    assert "return None" in message and "SUBMIT(answer=<the answer itself>)" in message
+    with pytest.raises(CodeExecutionError, match=r"got bool: True; pass its text, e.g. SUBMIT\(answer=str\(value\)\)"):
+        sandbox.execute("SUBMIT(answer=True)")
+    with pytest.raises(CodeExecutionError, match=r"got list: \[1, 2\]; pass its text"):
+        sandbox.execute("SUBMIT(answer=[1, 2])")
+
+
 def test_submit_without_output_fields_takes_one_value(sandbox: LocalSandbox) -> None:
     assert sandbox.execute("SUBMIT({'a': [1, 2]})") == FinalOutput({"output": {"a": [1, 2]}})
 

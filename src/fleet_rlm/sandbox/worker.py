@@ -31,6 +31,7 @@ from _ast import Expression as AstExpression
 from _queue import SimpleQueue
 from binascii import a2b_base64
 from keyword import iskeyword
+from numbers import Real
 
 # Every function below looks names up in this copy, taken before any sandbox code runs: code that
 # sets builtins.len = None changes what it sees itself (and the standard library), not the worker.
@@ -94,6 +95,19 @@ def decode_json(text: str) -> Any:
 
 # Shared by the threads: a scan holds the GIL from start to end (its settings call no Python code).
 scan_json = _json.make_scanner(DecoderSettings())  # type: ignore[arg-type]
+
+
+def mistyped_field_message(name: str, expected: str, value: Any) -> str:
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    message = f"SUBMIT field {name!r} must be {expected}, got {type(value).__name__}: {shown}"
+    if value is None:
+        message += (
+            "; the expression passed returned nothing (calls such as df.to_csv(path) or f.write(...) "
+            f"return None): compute the answer first, then SUBMIT({name}=<the answer itself>)"
+        )
+    elif expected == "str":
+        message += f"; pass its text, e.g. SUBMIT({name}=str(value))"
+    return message
 
 
 class Submission(BaseException):
@@ -309,14 +323,15 @@ class Session:
         if unexpected:
             raise TypeError(f"SUBMIT got unexpected {', '.join(unexpected)}; use {usage}")
         for field in fields:
-            expected = field.get("type")
-            value = values[field["name"]]
+            name, expected = field["name"], field.get("type")
+            value = values[name]
+            if expected == "str" and isinstance(value, Real) and type(value).__name__ not in ("bool", "bool_"):
+                # A computed figure (numpy's too) is the answer's text exactly; refusing it costs small
+                # models a turn. A bool is not a figure (numpy 1 names its type bool_).
+                values[name] = value = str(value)
             allowed = SIMPLE_TYPE_CHECKS.get(expected or "")
             if allowed and (not isinstance(value, allowed) or (isinstance(value, bool) and expected != "bool")):
-                shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-                raise TypeError(
-                    f"SUBMIT field {field['name']!r} must be {expected}, got {type(value).__name__}: {shown}"
-                )
+                raise TypeError(mistyped_field_message(name, expected or "", value))
         # Converted here, in the code's own call and under its deadline: a failing __repr__ is its error.
         raise Submission({name: jsonable(value) for name, value in values.items()})
 
