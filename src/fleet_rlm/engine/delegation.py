@@ -41,8 +41,9 @@ from fleet_rlm.sandbox.base import Sandbox, SandboxBackend, SandboxLimits, Sandb
 from fleet_rlm.workspace.copyout import CopyBudget, mib_bound
 from fleet_rlm.workspace.hashing import HashingReader
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, Workspace
-from fleet_rlm.workspace.manifest import build_manifest, render_manifest
+from fleet_rlm.workspace.manifest import build_manifest
 from fleet_rlm.workspace.paths import PathEscapeError, split_rel
+from fleet_rlm.workspace.reading import first_read, model_manifest
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE, SafeTree, Skipped, UnsafeEntry
 
 CHILDREN_DIR = "children"
@@ -280,9 +281,11 @@ class ChildRun:
             skills=self.delegation.skills.listing,
             recovery=self.trace.recovery(),
         )
+        entries = build_manifest(workspace)
+        self.trace.guard.reading = first_read(entries)
         inputs = {
             "task": Text(self.task),
-            "workspace": Text(render_manifest(build_manifest(workspace))),
+            "workspace": Text(model_manifest(entries)),
             "history": Text(self.context or "(no context from the parent agent)"),
         }
         root = MeteredLM(self.delegation.lm, budget, f"child:{self.child_id}", streaming=False)

@@ -165,6 +165,32 @@ def _prints_only_inputs(call: ast.Call) -> bool:
     return all(isinstance(arg, ast.Name) and arg.id in INPUT_NAMES for arg in call.args)
 
 
+def shows_only_inputs(code: str) -> bool:
+    """Whether ``code`` does nothing but show the RLM's inputs (``print(task)``, ``workspace``): what the
+    model already has in its prompt. Small models spent whole turns on it."""
+    try:
+        body = ast.parse(code).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+
+    def shows_input(node: ast.stmt) -> bool:
+        if not isinstance(node, ast.Expr):
+            return False
+        value = node.value
+        if isinstance(value, ast.Name):
+            return value.id in INPUT_NAMES
+        return (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id == "print"
+            and bool(value.args)
+            and not value.keywords
+            and _prints_only_inputs(value)
+        )
+
+    return bool(body) and all(shows_input(node) for node in body)
+
+
 def submit_suggestion(code: str) -> str:
     """The SUBMIT call that would hand in what ``code`` prints last: ``print(x)`` becomes
     ``SUBMIT(answer=str(x))``, ``print(f"...")`` ``SUBMIT(answer=f"...")``; a generic call otherwise
@@ -211,6 +237,9 @@ class LoopGuard:
     _runs: dict[tuple[str, str, frozenset[str]], int] = field(default_factory=dict)
     _effects: dict[tuple[str, frozenset[str]], int] = field(default_factory=dict)
     _malformed: int = 0
+    reading: str = ""
+    """Python that reads an input file (:func:`~fleet_rlm.workspace.reading.read_call`), shown to code that
+    only showed the inputs; empty when there is none."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -242,6 +271,12 @@ class LoopGuard:
             raise RepeatedWork(
                 f"the same work was done {repeats} times (the same output, the same files written) instead of "
                 "submitting its result, so the turn answered from that work"
+            )
+        if shows_only_inputs(code):
+            read = f", such as:\n{self.reading}" if self.reading else ""
+            return (
+                "[Fleet] `task`, `workspace` and `history` are already in your prompt: showing them again "
+                f"shows nothing new. Your next code must read the data from the files by their paths{read}"
             )
         if repeats < self.warn_after:
             return None

@@ -26,9 +26,11 @@ class FleetTask(dspy.Signature):  # type: ignore[misc]
     The current directory is the workspace. Inputs are in `files/`; anything the person should keep
     (tables, charts, reports) must be saved under `artifacts/`. `memory/MEMORIES.md`, when present,
     holds what the person approved to remember from earlier turns and sessions (edits to it are not kept).
-    `workspace` lists every file with its size, sha256, kind and a short preview: the previews are
-    partial, so open the files with code to read them, and never guess their contents. Keep large data in
-    files and variables, print only small summaries. Use `llm_query` for semantic judgements on snippets.
+    `task`, `workspace` and `history` are shown to you in full below: never print them. `workspace` lists
+    every file with its size, sha256, kind and a short preview; it is a listing, not the data, and the
+    previews are partial: read the files with code by their paths, and never guess their contents. Keep
+    large data in files and variables, print only small summaries. Use `llm_query` for semantic judgements
+    on snippets.
     The answer is for a person: concise Markdown that states the result, the key figures and the
     artifacts written."""
 

@@ -64,7 +64,8 @@ from fleet_rlm.sandbox.volume import remove_volume_directory
 from fleet_rlm.workspace.copyout import MIB, copyable
 from fleet_rlm.workspace.hashing import hash_copied_out
 from fleet_rlm.workspace.layout import Workspace
-from fleet_rlm.workspace.manifest import build_manifest, render_manifest
+from fleet_rlm.workspace.manifest import build_manifest
+from fleet_rlm.workspace.reading import first_read, model_manifest
 from fleet_rlm.workspace.snapshot import changed_between, snapshot
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 from fleet_rlm.workspace.walk import stat_file
@@ -405,7 +406,9 @@ class Turn:
         )
 
     def _workspace_text(self) -> str:
-        manifest = render_manifest(build_manifest(self.tree))
+        entries = build_manifest(self.tree)
+        self.trace.guard.reading = first_read(entries)
+        manifest = model_manifest(entries)
         return f"{manifest}\n\n{self.request.kernel}" if self.request.kernel else manifest
 
     def _task_text(self) -> str:
