@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fleet_rlm.engine.honesty import shows_only_inputs
+from fleet_rlm.engine.honesty import shows_only_inputs, unread_inputs
 from fleet_rlm.models.scripted import rlm_step
 
 from .conftest import Harness
@@ -65,3 +65,49 @@ def test_code_that_only_shows_the_inputs_is_told_to_read_the_files(harness: Harn
 )
 def test_showing_the_inputs_is_told_from_other_code(code: str, only_inputs: bool) -> None:
     assert shows_only_inputs(code) is only_inputs
+
+
+JOIN_TASK = (
+    "files/orders.csv lists orders by customer_id; files/customers.csv gives each customer's tier. "
+    "How many orders were placed by gold-tier customers?"
+)
+JOIN_FILES = {
+    "orders.csv": "order_id,customer_id\n1,1\n2,1\n3,2\n",
+    "customers.csv": "customer_id,tier\n1,gold\n2,silver\n",
+}
+GOLD_CUSTOMERS = "import csv\nrows = [r for r in csv.DictReader(open('files/customers.csv')) if r['tier'] == 'gold']\nprint(len(rows))"
+
+
+def test_a_submitted_answer_that_never_read_a_file_the_task_names_is_unverified(harness: Harness) -> None:
+    harness.server.script(
+        "root", rlm_step("Count.", GOLD_CUSTOMERS), rlm_step("Done.", "SUBMIT(answer=str(len(rows)))")
+    )
+
+    run = harness.run(JOIN_TASK, files=JOIN_FILES)
+
+    outcome = run.outcome
+    assert (outcome.status, outcome.answer, outcome.answer_source) == ("completed", "1", "submitted")
+    assert outcome.unverified_reason == (
+        "the task names files/orders.csv, which no code of this turn read, so the answer cannot have used it"
+    )
+
+
+def test_a_submitted_answer_from_code_that_read_every_named_file_is_claimed(harness: Harness) -> None:
+    join = (
+        "import csv\ngold = {r['customer_id'] for r in csv.DictReader(open('files/customers.csv')) "
+        "if r['tier'] == 'gold'}\n"
+        "orders = [r for r in csv.DictReader(open('files/orders.csv')) if r['customer_id'] in gold]\nprint(len(orders))"
+    )
+    harness.server.script("root", rlm_step("Join.", join), rlm_step("Done.", "SUBMIT(answer=str(len(orders)))"))
+
+    run = harness.run(JOIN_TASK, files=JOIN_FILES)
+
+    assert (run.outcome.answer, run.outcome.unverified) == ("2", False)
+
+
+def test_a_file_counts_as_named_or_read_only_by_its_whole_name() -> None:
+    inputs = ["files/a.csv", "files/orders.csv", "files/notes.txt"]
+    task = "Compare data.csv with files/orders.csv and orders.csv.bak"
+    assert unread_inputs(task, inputs, ["open('files/big_orders.csv')"]) == ["files/orders.csv"]
+    assert unread_inputs(task, inputs, ["pd.read_csv('orders.csv')"]) == []
+    assert unread_inputs("Read notes.txt.", inputs, []) == ["files/notes.txt"]

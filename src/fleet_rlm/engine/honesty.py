@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,6 +190,25 @@ def shows_only_inputs(code: str) -> bool:
         )
 
     return bool(body) and all(shows_input(node) for node in body)
+
+
+def unread_inputs(task: str, inputs: Iterable[str], codes: Iterable[str]) -> list[str]:
+    """The input files ``task`` names (by path or file name) that no code of the loop refers to."""
+    written_code = "\n".join(codes)
+    unread = []
+    for path in inputs:
+        name = re.compile(rf"(?<![\w.-]){re.escape(path.rsplit('/', 1)[-1])}(?![\w-])")
+        if name.search(task) and not name.search(written_code):
+            unread.append(path)
+    return unread
+
+
+def unread_inputs_reason(unread: list[str]) -> str:
+    files = ", ".join(unread[:SHOWN_NUMBERS]) + (", ..." if len(unread) > SHOWN_NUMBERS else "")
+    return (
+        f"the task names {files}, which no code of this turn read, so the answer cannot have used "
+        f"{'it' if len(unread) == 1 else 'them'}"
+    )
 
 
 def submit_suggestion(code: str) -> str:

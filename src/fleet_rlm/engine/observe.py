@@ -85,6 +85,8 @@ class TurnTrace:
         self.iteration_span = self.root_span
         self.sandbox_errors = 0
         self.printed = PrintedOutputs()
+        self.codes: list[str] = []
+        """The code of each execution of this loop's own (failed ones too: what they loaded stays loaded)."""
         """What this loop's own code printed in executions that ran without error: evidence for its answer."""
         self.lock = threading.Lock()
         self._skipped_told: set[str] = set()
@@ -252,6 +254,8 @@ class ObservedSandbox:
         self._inner.tools = self._bridged_tools()
         trace = self._trace
         own_code = trace.iteration > 0  # DSPy's setup executions come before the first iteration
+        if own_code:
+            trace.codes.append(code)
         if not own_code and self._restarter is not None:
             self._restarter.record_setup(code, variables)
         announced = False

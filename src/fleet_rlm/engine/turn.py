@@ -34,6 +34,8 @@ from fleet_rlm.engine.honesty import (
     direct_unverified_reason,
     extracted_unverified_reason,
     incomplete_in,
+    unread_inputs,
+    unread_inputs_reason,
 )
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM, build_lm
@@ -223,6 +225,8 @@ class Turn:
         )
         self.trace = TurnTrace(self.emitter, self.max_iterations, guard=LoopGuard.from_settings(budget))
         self._sandboxes: list[Sandbox] = []
+        self._input_paths: list[str] = []
+        """The input files (under ``files/``) of the manifest the model was shown."""
         self._stop = threading.Event()
         self._program_done = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -362,7 +366,14 @@ class Turn:
             reason = direct_unverified_reason(answer, str(ctx.inputs["task"]), str(ctx.inputs["history"]))
             return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source, unverified_reason=reason)
         evidence = pick_evidence(self.trace.printed.executions(), answer)
-        return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source, evidence=evidence.lines)
+        unread = unread_inputs(task, self._input_paths, self.trace.codes)
+        return TurnOutcome(
+            TurnStatus.COMPLETED,
+            answer,
+            answer_source=source,
+            unverified_reason=unread_inputs_reason(unread) if unread else None,
+            evidence=evidence.lines,
+        )
 
     def _delegation(self, skills: TurnSkills) -> Delegation:
         return Delegation(
@@ -408,6 +419,7 @@ class Turn:
     def _workspace_text(self) -> str:
         entries = build_manifest(self.tree)
         self.trace.guard.reading = first_read(entries)
+        self._input_paths = [entry.path for entry in entries if entry.path.startswith("files/")]
         manifest = model_manifest(entries)
         return f"{manifest}\n\n{self.request.kernel}" if self.request.kernel else manifest
 
