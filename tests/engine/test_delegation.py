@@ -210,3 +210,21 @@ SUBMIT(answer='ok')"""
     assert "['completed', 'completed', 'refused']" in run.output_text()
     assert "child-agent limit reached: 2 per turn" in run.output_text()
     assert len(run.of(EventType.CHILD_STARTED)) == 2
+
+
+def test_a_child_whose_code_never_read_a_file_its_task_names_is_unverified(harness: Harness) -> None:
+    parent = (
+        "r = spawn_agent('CHILD add files/a.csv and files/b.csv', files=['files/a.csv', 'files/b.csv'])\n"
+        "SUBMIT(answer=f\"{r['answer_source']} {r['unverified']}: {r['unverified_reason']}\")"
+    )
+    harness.server.script_for_task("root", "PARENT", rlm_step("Delegate.", parent))
+    harness.server.script_for_task(
+        "root", "CHILD", rlm_step("Only one.", "SUBMIT(answer=open('files/a.csv').read().strip())")
+    )
+    run = harness.run("PARENT delegate", files={"a.csv": "1\n", "b.csv": "2\n"})
+
+    assert run.outcome.status == "completed", run.outcome.error
+    assert run.outcome.answer == (
+        "submitted True: the task names 'files/b.csv', which no code of this turn read, so the answer cannot "
+        "have used it"
+    )

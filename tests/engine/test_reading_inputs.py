@@ -27,7 +27,8 @@ def test_the_manifest_says_it_is_a_listing_and_how_to_read_a_file(harness: Harne
     harness.run("Total amount?", files=SALES)
 
     first = prompt_text(harness.server.model.requests_for("root")[0])
-    assert "it is not their data. Read a file by its path, e.g. `pd.read_csv('files/sales.csv')`." in first
+    read = "import pandas as pd; df = pd.read_csv('files/sales.csv')"
+    assert f"it is not their data. Read a file by its path, e.g. `{read}`." in first
     assert "`task`, `workspace` and `history` are shown to you in full below: never print them." in first
 
 
@@ -45,7 +46,7 @@ def test_code_that_only_shows_the_inputs_is_told_to_read_the_files(harness: Harn
     requests = harness.server.model.requests_for("root")
     told = prompt_text(requests[1])
     assert "[Fleet] `task`, `workspace` and `history` are already in your prompt" in told
-    assert "read the data from the files by their paths, such as:\npd.read_csv('files/sales.csv')" in told
+    assert "by their paths, such as:\nimport pandas as pd; df = pd.read_csv('files/sales.csv')" in told
     assert "already in your prompt" not in prompt_text(requests[2]).split("Read it.")[-1]
 
 
@@ -88,7 +89,7 @@ def test_a_submitted_answer_that_never_read_a_file_the_task_names_is_unverified(
     outcome = run.outcome
     assert (outcome.status, outcome.answer, outcome.answer_source) == ("completed", "1", "submitted")
     assert outcome.unverified_reason == (
-        "the task names files/orders.csv, which no code of this turn read, so the answer cannot have used it"
+        "the task names 'files/orders.csv', which no code of this turn read, so the answer cannot have used it"
     )
 
 
@@ -105,9 +106,11 @@ def test_a_submitted_answer_from_code_that_read_every_named_file_is_claimed(harn
     assert (run.outcome.answer, run.outcome.unverified) == ("2", False)
 
 
-def test_a_file_counts_as_named_or_read_only_by_its_whole_name() -> None:
+def test_code_that_finds_its_files_by_a_pattern_or_mentions_them_in_another_name_reads_none() -> None:
     inputs = ["files/a.csv", "files/orders.csv", "files/notes.txt"]
-    task = "Compare data.csv with files/orders.csv and orders.csv.bak"
-    assert unread_inputs(task, inputs, ["open('files/big_orders.csv')"]) == ["files/orders.csv"]
+    task = "Compare data.csv with files/orders.csv"
+    assert unread_inputs(task, inputs, ["glob.glob('files/*.csv')", "open('files/big_orders.csv')"]) == [
+        "files/orders.csv"
+    ]
     assert unread_inputs(task, inputs, ["pd.read_csv('orders.csv')"]) == []
     assert unread_inputs("Read notes.txt.", inputs, []) == ["files/notes.txt"]

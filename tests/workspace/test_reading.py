@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from fleet_rlm.workspace.hashing import DigestCache
+from fleet_rlm.workspace.kinds import FileKind
 from fleet_rlm.workspace.layout import Workspace
-from fleet_rlm.workspace.manifest import build_manifest, render_manifest
-from fleet_rlm.workspace.reading import first_read, model_manifest
+from fleet_rlm.workspace.manifest import ManifestEntry, build_manifest, render_manifest
+from fleet_rlm.workspace.reading import first_read, model_manifest, names_file
 
 
 @pytest.fixture
@@ -20,15 +21,19 @@ def ws(tmp_path: Path) -> Workspace:
 @pytest.mark.parametrize(
     ("name", "body", "read"),
     [
-        ("orders.csv", "id,amount\n1,2\n", "pd.read_csv('files/orders.csv')"),
-        ("orders.tsv", "id\tamount\n1\t2\n", "pd.read_csv('files/orders.tsv', sep='\\t')"),
-        ("config.json", '{"a": 1}', "json.load(open('files/config.json'))"),
-        ("events.jsonl", '{"a": 1}\n{"a": 2}\n', "pd.read_json('files/events.jsonl', lines=True)"),
-        ("notes.txt", "hello\n", "open('files/notes.txt').read()"),
-        ("blob.bin", "\x00\x01\x02", "open('files/blob.bin', 'rb').read()"),
+        ("orders.csv", "id,amount\n1,2\n", "import pandas as pd; df = pd.read_csv('files/orders.csv')"),
+        ("orders.tsv", "id\tamount\n1\t2\n", "import pandas as pd; df = pd.read_csv('files/orders.tsv', sep='\\t')"),
+        ("config.json", '{"a": 1}', "import json; data = json.load(open('files/config.json'))"),
+        (
+            "events.jsonl",
+            '{"a": 1}\n{"a": 2}\n',
+            "import pandas as pd; df = pd.read_json('files/events.jsonl', lines=True)",
+        ),
+        ("notes.txt", "hello\n", "text = open('files/notes.txt').read()"),
+        ("blob.bin", "\x00\x01\x02", "data = open('files/blob.bin', 'rb').read()"),
     ],
 )
-def test_each_kind_of_input_is_read_with_the_call_that_opens_it(ws: Workspace, name: str, body: str, read: str) -> None:
+def test_each_kind_of_input_is_read_with_the_code_that_opens_it(ws: Workspace, name: str, body: str, read: str) -> None:
     (ws.files_dir / name).write_text(body)
     entries = build_manifest(ws, cache=DigestCache())
 
@@ -38,18 +43,40 @@ def test_each_kind_of_input_is_read_with_the_call_that_opens_it(ws: Workspace, n
     assert text.endswith(f"it is not their data. Read a file by its path, e.g. `{read}`.)")
 
 
-def test_an_input_file_is_preferred_and_an_empty_workspace_gets_no_hint(ws: Workspace) -> None:
+def entry(path: str, kind: FileKind = FileKind.TEXT) -> ManifestEntry:
+    return ManifestEntry(path=path, size=1, mtime_ns=0, sha256="0" * 64, kind=kind, preview=None)
+
+
+def test_the_file_the_task_names_is_preferred_then_any_input(ws: Workspace) -> None:
     assert model_manifest(build_manifest(ws, cache=DigestCache())) == "(no files)"
-    (ws.root / "artifacts" / "a.csv").write_text("x\n1\n")
-    (ws.files_dir / "z.txt").write_text("input\n")
+    entries = [entry("artifacts/a.txt"), entry("files/0000_read_me.txt"), entry("files/sales.csv", FileKind.CSV)]
 
-    assert first_read(build_manifest(ws, cache=DigestCache())) == "open('files/z.txt').read()"
+    assert first_read(entries) == "text = open('files/0000_read_me.txt').read()"
+    assert first_read(entries, "Total of sales.csv?") == "import pandas as pd; df = pd.read_csv('files/sales.csv')"
+    assert first_read(entries[:1]) == "text = open('artifacts/a.txt').read()"
 
 
-def test_a_hostile_file_name_is_quoted_as_a_python_string(ws: Workspace) -> None:
+def test_a_hostile_file_name_is_written_as_a_python_string(ws: Workspace) -> None:
     (ws.files_dir / "x'); import os; ('.txt").write_text("boom\n")
 
     read = first_read(build_manifest(ws, cache=DigestCache()))
 
-    assert read == "open(\"files/x'); import os; ('.txt\").read()"
-    assert compile(read, "<hint>", "eval")  # one expression: the name cannot end the call
+    assert read == "text = open(\"files/x'); import os; ('.txt\").read()"
+    assert compile(read, "<hint>", "exec")
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "named"),
+    [
+        ("Sum files/orders.csv.", "files/orders.csv", True),
+        ("Sum orders.csv, then stop", "files/orders.csv", True),
+        ("pd.read_csv('orders.csv')", "files/orders.csv", True),
+        ("Compare orders.csv.bak", "files/orders.csv", False),
+        ("Read big_orders.csv", "files/orders.csv", False),
+        ("Read data.csv", "files/a.csv", False),
+        ("How many orders?", "files/orders", False),
+        ("Count lines of files/orders", "files/orders", True),
+    ],
+)
+def test_a_file_is_named_by_its_whole_name_or_path(text: str, path: str, named: bool) -> None:
+    assert names_file(text, path) is named

@@ -28,7 +28,7 @@ from fleet_rlm.config import Settings
 from fleet_rlm.engine.adapters import turn_adapter
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.emitter import EventEmitter
-from fleet_rlm.engine.honesty import LoopGuard, could_not_compute, incomplete_in
+from fleet_rlm.engine.honesty import LoopGuard, could_not_compute, incomplete_in, unread_inputs, unread_inputs_reason
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM, program_context
 from fleet_rlm.engine.observe import RLMCallbacks, TurnObserver, TurnTrace, observed_sandboxes
@@ -43,7 +43,7 @@ from fleet_rlm.workspace.hashing import HashingReader
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, Workspace
 from fleet_rlm.workspace.manifest import build_manifest
 from fleet_rlm.workspace.paths import PathEscapeError, split_rel
-from fleet_rlm.workspace.reading import first_read, model_manifest
+from fleet_rlm.workspace.reading import first_read, input_paths, model_manifest
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE, SafeTree, Skipped, UnsafeEntry
 
 CHILDREN_DIR = "children"
@@ -83,7 +83,8 @@ class Delegation:
             """Run a child agent on `task` in its own sandbox; `files` are workspace paths (e.g. 'files/a.csv')
             copied into the child's files/, `context` is text it is told. Returns a dict with status
             ('completed', 'incomplete', 'failed', 'timeout', 'cancelled', 'refused'), answer, unverified (True when
-            the child ran out of iterations and its answer was extracted, not checked by code), error, artifacts
+            the child ran out of iterations and its answer was extracted, or its code never read a file its task
+            names) with unverified_reason, error, artifacts
             (paths in your workspace under artifacts/children/<child_id>/) and child_id."""
             task, files, context, error = _spec({"task": task, "files": files or [], "context": context})
             if error is not None:
@@ -139,6 +140,7 @@ def _result(child_id: str, status: str, **extra: Any) -> dict[str, Any]:
         "answer": None,
         "answer_source": None,
         "unverified": False,
+        "unverified_reason": None,
         "error": None,
         "artifacts": [],
     }
@@ -170,6 +172,7 @@ class ChildRun:
         self.parent_workspace = parent_workspace
         self.span = new_id("span")
         self.sandboxes: list[Sandbox] = []
+        self._input_paths: list[str] = []
         self.usage = TurnUsage(parent=delegation.budget.usage)
         self.trace = TurnTrace(
             delegation.emitter,
@@ -232,12 +235,14 @@ class ChildRun:
             return _result(self.child_id, outcome["status"], error=outcome["error"], answer=outcome.get("answer"))
         artifacts, provenance = self._promote(workspace)
         extracted = self.trace.extracted
+        unread = [] if extracted else unread_inputs(self.task, self._input_paths, self.trace.codes)
         return _result(
             self.child_id,
             "completed",
             answer=outcome["answer"],
             answer_source="extracted" if extracted else "submitted",
-            unverified=extracted,
+            unverified=extracted or bool(unread),
+            unverified_reason=unread_inputs_reason(unread) if unread else None,
             artifacts=artifacts,
             provenance=provenance,
         )
@@ -282,10 +287,11 @@ class ChildRun:
             recovery=self.trace.recovery(),
         )
         entries = build_manifest(workspace)
-        self.trace.guard.reading = first_read(entries)
+        self._input_paths = input_paths(entries)
+        self.trace.guard.reading = first_read(entries, self.task)
         inputs = {
             "task": Text(self.task),
-            "workspace": Text(model_manifest(entries)),
+            "workspace": Text(model_manifest(entries, self.task)),
             "history": Text(self.context or "(no context from the parent agent)"),
         }
         root = MeteredLM(self.delegation.lm, budget, f"child:{self.child_id}", streaming=False)

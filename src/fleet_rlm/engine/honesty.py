@@ -28,6 +28,8 @@ import dspy
 from fleet_rlm.config import BudgetSettings
 from fleet_rlm.engine.evidence import Evidence
 from fleet_rlm.engine.numbers import numbers_in, stated_numbers, written
+from fleet_rlm.protocol.visible import quoted
+from fleet_rlm.workspace.reading import names_file
 
 
 class TurnIncomplete(Exception):
@@ -193,18 +195,16 @@ def shows_only_inputs(code: str) -> bool:
 
 
 def unread_inputs(task: str, inputs: Iterable[str], codes: Iterable[str]) -> list[str]:
-    """The input files ``task`` names (by path or file name) that no code of the loop refers to."""
+    """The input files ``task`` names that no code of the loop names (:func:`names_file`; code that finds
+    files with a pattern names none of them, so its answer is not claimed)."""
     written_code = "\n".join(codes)
-    unread = []
-    for path in inputs:
-        name = re.compile(rf"(?<![\w.-]){re.escape(path.rsplit('/', 1)[-1])}(?![\w-])")
-        if name.search(task) and not name.search(written_code):
-            unread.append(path)
-    return unread
+    return [path for path in inputs if names_file(task, path) and not names_file(written_code, path)]
 
 
 def unread_inputs_reason(unread: list[str]) -> str:
-    files = ", ".join(unread[:SHOWN_NUMBERS]) + (", ..." if len(unread) > SHOWN_NUMBERS else "")
+    files = ", ".join(quoted(path) for path in unread[:SHOWN_NUMBERS]) + (
+        ", ..." if len(unread) > SHOWN_NUMBERS else ""
+    )
     return (
         f"the task names {files}, which no code of this turn read, so the answer cannot have used "
         f"{'it' if len(unread) == 1 else 'them'}"

@@ -85,9 +85,10 @@ class TurnTrace:
         self.iteration_span = self.root_span
         self.sandbox_errors = 0
         self.printed = PrintedOutputs()
-        self.codes: list[str] = []
-        """The code of each execution of this loop's own (failed ones too: what they loaded stays loaded)."""
         """What this loop's own code printed in executions that ran without error: evidence for its answer."""
+        self.codes: list[str] = []
+        """The code of each of this loop's own executions, failed ones too (a file read before an error
+        may be used later); what the turn checks its answer's use of the inputs against."""
         self.lock = threading.Lock()
         self._skipped_told: set[str] = set()
 

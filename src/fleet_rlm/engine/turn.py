@@ -67,7 +67,7 @@ from fleet_rlm.workspace.copyout import MIB, copyable
 from fleet_rlm.workspace.hashing import hash_copied_out
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.manifest import build_manifest
-from fleet_rlm.workspace.reading import first_read, model_manifest
+from fleet_rlm.workspace.reading import first_read, input_paths, model_manifest
 from fleet_rlm.workspace.snapshot import changed_between, snapshot
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 from fleet_rlm.workspace.walk import stat_file
@@ -366,7 +366,7 @@ class Turn:
             reason = direct_unverified_reason(answer, str(ctx.inputs["task"]), str(ctx.inputs["history"]))
             return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source, unverified_reason=reason)
         evidence = pick_evidence(self.trace.printed.executions(), answer)
-        unread = unread_inputs(task, self._input_paths, self.trace.codes)
+        unread = unread_inputs(self.request.task, self._input_paths, self.trace.codes)
         return TurnOutcome(
             TurnStatus.COMPLETED,
             answer,
@@ -418,9 +418,9 @@ class Turn:
 
     def _workspace_text(self) -> str:
         entries = build_manifest(self.tree)
-        self.trace.guard.reading = first_read(entries)
-        self._input_paths = [entry.path for entry in entries if entry.path.startswith("files/")]
-        manifest = model_manifest(entries)
+        self._input_paths = input_paths(entries)
+        self.trace.guard.reading = first_read(entries, self.request.task)
+        manifest = model_manifest(entries, self.request.task)
         return f"{manifest}\n\n{self.request.kernel}" if self.request.kernel else manifest
 
     def _task_text(self) -> str:

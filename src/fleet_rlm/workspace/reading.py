@@ -6,45 +6,63 @@ it as rows; one example read of a real input file, by its path, sends them to th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from fleet_rlm.workspace.kinds import FileKind
 from fleet_rlm.workspace.manifest import ManifestEntry, render_manifest
 
 _READERS: dict[FileKind, str] = {
-    FileKind.CSV: "pd.read_csv({path})",
-    FileKind.TSV: "pd.read_csv({path}, sep='\\t')",
-    FileKind.JSON: "json.load(open({path}))",
-    FileKind.JSONL: "pd.read_json({path}, lines=True)",
-    FileKind.PARQUET: "pd.read_parquet({path})",
-    FileKind.SPREADSHEET: "pd.read_excel({path})",
-    FileKind.SQLITE: "sqlite3.connect({path})",
-    FileKind.PDF: "pypdf.PdfReader({path})",
+    FileKind.CSV: "import pandas as pd; df = pd.read_csv({path})",
+    FileKind.TSV: "import pandas as pd; df = pd.read_csv({path}, sep='\\t')",
+    FileKind.JSON: "import json; data = json.load(open({path}))",
+    FileKind.JSONL: "import pandas as pd; df = pd.read_json({path}, lines=True)",
+    FileKind.PARQUET: "import pandas as pd; df = pd.read_parquet({path})",
+    FileKind.SPREADSHEET: "import pandas as pd; df = pd.read_excel({path})",
+    FileKind.SQLITE: "import sqlite3; db = sqlite3.connect({path})",
+    FileKind.PDF: "import pypdf; pdf = pypdf.PdfReader({path})",
 }
-_TEXT_READER = "open({path}).read()"
-_BINARY_READER = "open({path}, 'rb').read()"
+_TEXT_READER = "text = open({path}).read()"
+_BINARY_READER = "data = open({path}, 'rb').read()"
 _TEXT_LIKE = frozenset({FileKind.TEXT, FileKind.MARKDOWN, FileKind.CODE})
+INPUTS = "files/"
 
 
 def read_call(entry: ManifestEntry) -> str:
-    """The Python expression that opens ``entry`` by its path, for the file's kind."""
+    """The Python (imports included) that opens ``entry`` by its path, for the file's kind; the path is a
+    Python string literal, so any file name stays a string."""
     template = _READERS.get(entry.kind) or (_TEXT_READER if entry.kind in _TEXT_LIKE else _BINARY_READER)
     return template.format(path=repr(entry.path))
 
 
-def first_read(entries: Sequence[ManifestEntry]) -> str:
-    """:func:`read_call` of the first input file (under ``files/``), else of the first file; ``""`` when
-    there is no file."""
+def input_paths(entries: Sequence[ManifestEntry]) -> list[str]:
+    """The paths of the input files (under ``files/``)."""
+    return [entry.path for entry in entries if entry.path.startswith(INPUTS)]
+
+
+def names_file(text: str, path: str) -> bool:
+    """Whether ``text`` names the file at ``path``: by its whole path, or by its file name when that has an
+    extension (``orders.csv``, not ``orders.csv.bak``; ``files/orders``, never the word ``orders``)."""
+    name = path.rsplit("/", 1)[-1]
+    whole = re.escape(path if "." not in name.strip(".") else name)
+    return re.search(rf"(?<![\w.-]){whole}(?![\w-]|\.\w)", text) is not None
+
+
+def first_read(entries: Sequence[ManifestEntry], task: str = "") -> str:
+    """:func:`read_call` of the first input file ``task`` names, else of the first input file, else of the
+    first file; ``""`` when there is no file."""
     if not entries:
         return ""
-    return read_call(next((e for e in entries if e.path.startswith("files/")), entries[0]))
+    inputs = [entry for entry in entries if entry.path.startswith(INPUTS)]
+    named = [entry for entry in inputs if names_file(task, entry.path)]
+    return read_call((named or inputs or list(entries))[0])
 
 
-def model_manifest(entries: Sequence[ManifestEntry]) -> str:
+def model_manifest(entries: Sequence[ManifestEntry], task: str = "") -> str:
     """The manifest as the model sees it: :func:`render_manifest`, then a line that says it is a listing
     and shows how to read an input file (:func:`first_read`)."""
     listing = render_manifest(entries)
-    read = first_read(entries)
+    read = first_read(entries, task)
     if not read:
         return listing
     return f"{listing}\n\n(This listing describes the files; it is not their data. Read a file by its path, e.g. `{read}`.)"
