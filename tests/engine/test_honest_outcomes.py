@@ -318,5 +318,28 @@ def test_a_model_that_writes_no_code_after_its_result_gets_an_answer_from_that_w
 
     assert run.outcome.status == "completed", run.outcome.error
     assert (run.outcome.answer, run.outcome.answer_source) == ("The mean is 97.15.", "extracted")
-    assert "the same work was done 4 times" in str(run.outcome.unverified_reason)
+    assert "the model replied 4 times with no code instead of submitting a result" in str(run.outcome.unverified_reason)
     assert run.outcome.usage["iterations"] == 5
+    # From the first empty reply on, the model is shown the call that submits what it printed.
+    told = prompt_text(harness.server.model.requests_for("root")[2]).replace("\\n", "\n")
+    assert "[Fleet] Your reply held no code, so nothing ran." in told
+    assert "one line that submits it, such as:\nSUBMIT(answer='mean is 97.15')" in told
+
+
+def test_an_empty_reply_after_a_result_is_told_the_submit_call_and_goes_on(harness: Harness) -> None:
+    harness.server.script(
+        "root",
+        rlm_step("Compute.", "total = 3 + 4\nprint(f'The total is {total}.')"),
+        rlm_step("Done.", "# nothing more to do\n"),
+        rlm_step("Submit.", "SUBMIT(answer=f'The total is {total}.')"),
+    )
+
+    run = harness.run("Total of 3 and 4?")
+
+    assert (run.outcome.answer, run.outcome.answer_source, run.outcome.unverified) == (
+        "The total is 7.",
+        "submitted",
+        False,
+    )
+    told = prompt_text(harness.server.model.requests_for("root")[2]).replace("\\n", "\n")
+    assert "such as:\nSUBMIT(answer=f'The total is {total}.')" in told

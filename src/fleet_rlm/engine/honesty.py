@@ -211,6 +211,14 @@ def unread_inputs_reason(unread: list[str]) -> str:
     )
 
 
+def holds_no_code(code: str) -> bool:
+    """Whether ``code`` has no statement at all (empty, blank or only comments): nothing to run."""
+    try:
+        return not ast.parse(code).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+
+
 def submit_suggestion(code: str) -> str:
     """The SUBMIT call that would hand in what ``code`` prints last: ``print(x)`` becomes
     ``SUBMIT(answer=str(x))``, ``print(f"...")`` ``SUBMIT(answer=f"...")``; a generic call otherwise
@@ -257,6 +265,9 @@ class LoopGuard:
     _runs: dict[tuple[str, str, frozenset[str]], int] = field(default_factory=dict)
     _effects: dict[tuple[str, frozenset[str]], int] = field(default_factory=dict)
     _malformed: int = 0
+    _empty: int = 0
+    _last_printing: str = ""
+    """The code of the newest execution that ran without error and printed something."""
     reading: str = ""
     """Python that reads an input file (:func:`~fleet_rlm.workspace.reading.read_call`), shown to code that
     only showed the inputs; empty when there is none."""
@@ -279,6 +290,7 @@ class LoopGuard:
             self._runs[run] = self._runs.get(run, 0) + 1
             if output.strip():
                 self._effects[effect] = self._effects.get(effect, 0) + 1
+                self._last_printing = code
             return max(self._runs[run], self._effects.get(effect, 0))
 
     def repeat_advice(self, repeats: int, code: str) -> str | None:
@@ -305,6 +317,25 @@ class LoopGuard:
             "running this again will do the same again. If that output answers the task, your next code must be "
             f"one line that submits it, such as:\n{submit_suggestion(code)}\n"
             "If the output does not answer the task, change the code."
+        )
+
+    def no_code(self) -> str:
+        """Record a reply whose code holds no statement (nothing runs), and return what the model is told:
+        the SUBMIT call built from the newest code that printed something. Seen with a 1.5B model: it
+        printed the right total, then replied with empty code until the loop guard stopped it. Raises
+        RepeatedWork at the limit, counted over the turn."""
+        with self._lock:
+            self._empty += 1
+            empty, last = self._empty, self._last_printing
+        if empty >= self.stop_after:
+            raise RepeatedWork(
+                f"the model replied {empty} times with no code instead of submitting a result, so the turn "
+                "answered from the work so far"
+            )
+        return (
+            "[Fleet] Your reply held no code, so nothing ran. If an output above answers the task, your next "
+            f"code must be one line that submits it, such as:\n{submit_suggestion(last) if last else GENERIC_SUBMIT}\n"
+            "Otherwise write the code of the next step."
         )
 
     def failure(self, code: str, error_type: str, message: str) -> int:

@@ -21,7 +21,7 @@ from fleet_rlm.engine.budget import TurnBudget
 from fleet_rlm.engine.dspy_compat import strip_code_fences
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.evidence import PrintedOutputs
-from fleet_rlm.engine.honesty import LoopGuard
+from fleet_rlm.engine.honesty import LoopGuard, holds_no_code
 from fleet_rlm.engine.program import SHOW_WRITTEN_FILES, LoopRecovery
 from fleet_rlm.engine.restart import SandboxRestarter, restart_observation
 from fleet_rlm.protocol.events import new_id
@@ -257,6 +257,8 @@ class ObservedSandbox:
         own_code = trace.iteration > 0  # DSPy's setup executions come before the first iteration
         if own_code:
             trace.codes.append(code)
+            if holds_no_code(code):
+                return trace.guard.no_code()
         if not own_code and self._restarter is not None:
             self._restarter.record_setup(code, variables)
         announced = False
