@@ -50,6 +50,18 @@ def test_code_that_only_shows_the_inputs_is_told_to_read_the_files(harness: Harn
     assert "already in your prompt" not in prompt_text(requests[2]).split("Read it.")[-1]
 
 
+def test_without_files_code_that_only_shows_the_inputs_is_told_to_compute(harness: Harness) -> None:
+    harness.server.script(
+        "root", rlm_step("Look.", "print(workspace)"), rlm_step("Compute.", "SUBMIT(answer=str(1250 - 37 * 14 + 300))")
+    )
+
+    run = harness.run("A warehouse holds 1250 units ...")
+
+    assert run.outcome.answer == "1032"
+    told = prompt_text(harness.server.model.requests_for("root")[1])
+    assert "Your next code must compute the answer (there are no files), then SUBMIT it" in told
+
+
 @pytest.mark.parametrize(
     ("code", "only_inputs"),
     [

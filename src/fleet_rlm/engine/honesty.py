@@ -305,10 +305,14 @@ class LoopGuard:
                 "submitting its result, so the turn answered from that work"
             )
         if shows_only_inputs(code):
-            read = f", such as:\n{self.reading}" if self.reading else ""
+            step = (
+                f"read the data from the files by their paths, such as:\n{self.reading}"
+                if self.reading
+                else "compute the answer (there are no files), then SUBMIT it"
+            )
             return (
                 "[Fleet] `task`, `workspace` and `history` are already in your prompt: showing them again "
-                f"shows nothing new. Your next code must read the data from the files by their paths{read}"
+                f"shows nothing new. Your next code must {step}"
             )
         if repeats < self.warn_after:
             return None
