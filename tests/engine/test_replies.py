@@ -54,8 +54,11 @@ def test_the_root_models_replies_follow_the_schema_it_is_sent_and_stream(harness
     # llm_query's model was never asked for a schema.
     (sub,) = harness.server.model.requests_for("sub")
     assert "response_format" not in sub
+    # The deltas carry the fields' text, not their JSON (no quotes, no escapes, no next key).
     streamed = "".join(str(e.data["text"]) for e in run.of(EventType.REASONING_DELTA))
-    assert "Sum by region." in streamed and "Submit the totals." in streamed
+    assert streamed == "Sum by region.Submit the totals."
+    code = "".join(str(e.data["text"]) for e in run.of(EventType.CODE_DELTA))
+    assert code == f"```python\n{SUM}\n```" + "SUBMIT(answer=f\"north {totals['north']}\")"
     assert [e.data["text"] for e in run.of(EventType.REASONING)] == ["Sum by region.", "Submit the totals."]
 
 

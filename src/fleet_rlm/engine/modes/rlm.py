@@ -12,6 +12,7 @@ from fleet_rlm.engine.adapters import stream_as
 from fleet_rlm.engine.modes.context import RouteContext
 from fleet_rlm.engine.observe import RLMCallbacks
 from fleet_rlm.engine.program import build_rlm
+from fleet_rlm.engine.streamed_json import StreamedJsonString
 from fleet_rlm.protocol.payloads import CodeDelta, ReasoningDelta
 
 
@@ -81,11 +82,18 @@ async def stream_program(ctx: RouteContext, program: Any, predictor: Any, fields
         include_final_prediction_in_output_stream=True,
         is_async_program=True,
     )
+    # A JSON-style adapter streams each field's raw JSON (quotes, escapes): the deltas carry its text.
+    decoders = {name: StreamedJsonString() for name in fields} if stream_as(ctx.adapter) == "JSONAdapter" else {}
     prediction = None
     async for chunk in streaming(**ctx.inputs):
         if isinstance(chunk, StreamResponse):
-            if chunk.chunk:
-                ctx.trace.emit_in_iteration(DELTA_EVENTS[chunk.signature_field_name](text=chunk.chunk))
+            name = chunk.signature_field_name
+            decoder = decoders.get(name)
+            text = decoder.feed(chunk.chunk) if decoder is not None else chunk.chunk
+            if text:
+                ctx.trace.emit_in_iteration(DELTA_EVENTS[name](text=text))
+            if decoder is not None and chunk.is_last_chunk:
+                decoder.reset()
         elif isinstance(chunk, dspy.Prediction):
             prediction = chunk
     if prediction is None:
