@@ -28,7 +28,7 @@ from fleet_rlm.config import Settings
 from fleet_rlm.engine.adapters import turn_adapter
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.emitter import EventEmitter
-from fleet_rlm.engine.honesty import LoopGuard, could_not_compute, incomplete_in, unread_inputs, unread_inputs_reason
+from fleet_rlm.engine.honesty import LoopGuard, could_not_compute, incomplete_in, unread_inputs_reason
 from fleet_rlm.engine.inputs import Text
 from fleet_rlm.engine.lm import MeteredLM, program_context
 from fleet_rlm.engine.observe import RLMCallbacks, TurnObserver, TurnTrace, observed_sandboxes
@@ -235,14 +235,14 @@ class ChildRun:
             return _result(self.child_id, outcome["status"], error=outcome["error"], answer=outcome.get("answer"))
         artifacts, provenance = self._promote(workspace)
         extracted = self.trace.extracted
-        unread = [] if extracted else unread_inputs(self.task, self._input_paths, self.trace.codes)
+        unread_reason = None if extracted else unread_inputs_reason(self.task, self._input_paths, self.trace.codes)
         return _result(
             self.child_id,
             "completed",
             answer=outcome["answer"],
             answer_source="extracted" if extracted else "submitted",
-            unverified=extracted or bool(unread),
-            unverified_reason=unread_inputs_reason(unread) if unread else None,
+            unverified=extracted or unread_reason is not None,
+            unverified_reason=unread_reason,
             artifacts=artifacts,
             provenance=provenance,
         )

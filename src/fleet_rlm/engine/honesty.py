@@ -61,12 +61,18 @@ def incomplete_in(exc: BaseException) -> TurnIncomplete | None:
     return None
 
 
+def parsed(code: str) -> ast.Module | None:
+    """The code's AST, or None when it does not parse (or is too deep or too large to)."""
+    try:
+        return ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
 def normalized_code(code: str) -> str:
     """The code's meaning without comments, blank lines or layout (its AST), for comparing attempts."""
-    try:
-        return ast.dump(ast.parse(code))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return " ".join(code.split())
+    tree = parsed(code)
+    return " ".join(code.split()) if tree is None else ast.dump(tree)
 
 
 _ADDRESSES = re.compile(r"0x[0-9a-fA-F]+")
@@ -171,9 +177,8 @@ def _prints_only_inputs(call: ast.Call) -> bool:
 def shows_only_inputs(code: str) -> bool:
     """Whether ``code`` does nothing but show the RLM's inputs (``print(task)``, ``workspace``): what the
     model already has in its prompt. Small models spent whole turns on it."""
-    try:
-        body = ast.parse(code).body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parsed(code)
+    if tree is None:
         return False
 
     def shows_input(node: ast.stmt) -> bool:
@@ -191,7 +196,7 @@ def shows_only_inputs(code: str) -> bool:
             and _prints_only_inputs(value)
         )
 
-    return bool(body) and all(shows_input(node) for node in body)
+    return bool(tree.body) and all(shows_input(node) for node in tree.body)
 
 
 def unread_inputs(task: str, inputs: Iterable[str], codes: Iterable[str]) -> list[str]:
@@ -201,7 +206,12 @@ def unread_inputs(task: str, inputs: Iterable[str], codes: Iterable[str]) -> lis
     return [path for path in inputs if names_file(task, path) and not names_file(written_code, path)]
 
 
-def unread_inputs_reason(unread: list[str]) -> str:
+def unread_inputs_reason(task: str, inputs: Iterable[str], codes: Iterable[str]) -> str | None:
+    """Why a submitted answer is unverified when its code never read a file the task names
+    (:func:`unread_inputs`), or None."""
+    unread = unread_inputs(task, inputs, codes)
+    if not unread:
+        return None
     files = ", ".join(quoted(path) for path in unread[:SHOWN_NUMBERS]) + (
         ", ..." if len(unread) > SHOWN_NUMBERS else ""
     )
@@ -213,19 +223,16 @@ def unread_inputs_reason(unread: list[str]) -> str:
 
 def holds_no_code(code: str) -> bool:
     """Whether ``code`` has no statement at all (empty, blank or only comments): nothing to run."""
-    try:
-        return not ast.parse(code).body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
+    tree = parsed(code)
+    return tree is not None and not tree.body
 
 
 def submit_suggestion(code: str) -> str:
     """The SUBMIT call that would hand in what ``code`` prints last: ``print(x)`` becomes
     ``SUBMIT(answer=str(x))``, ``print(f"...")`` ``SUBMIT(answer=f"...")``; a generic call otherwise
     (prints of the inputs themselves are passed over)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parsed(code)
+    if tree is None:
         return GENERIC_SUBMIT
     printed = [
         node

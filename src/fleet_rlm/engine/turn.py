@@ -34,7 +34,6 @@ from fleet_rlm.engine.honesty import (
     direct_unverified_reason,
     extracted_unverified_reason,
     incomplete_in,
-    unread_inputs,
     unread_inputs_reason,
 )
 from fleet_rlm.engine.inputs import Text
@@ -366,12 +365,11 @@ class Turn:
             reason = direct_unverified_reason(answer, str(ctx.inputs["task"]), str(ctx.inputs["history"]))
             return TurnOutcome(TurnStatus.COMPLETED, answer, answer_source=source, unverified_reason=reason)
         evidence = pick_evidence(self.trace.printed.executions(), answer)
-        unread = unread_inputs(self.request.task, self._input_paths, self.trace.codes)
         return TurnOutcome(
             TurnStatus.COMPLETED,
             answer,
             answer_source=source,
-            unverified_reason=unread_inputs_reason(unread) if unread else None,
+            unverified_reason=unread_inputs_reason(self.request.task, self._input_paths, self.trace.codes),
             evidence=evidence.lines,
         )
 
