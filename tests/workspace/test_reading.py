@@ -10,7 +10,7 @@ from fleet_rlm.workspace.hashing import DigestCache
 from fleet_rlm.workspace.kinds import FileKind
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.manifest import ManifestEntry, build_manifest, render_manifest
-from fleet_rlm.workspace.reading import first_read, model_manifest, names_file
+from fleet_rlm.workspace.reading import example_read, model_manifest, names_file
 
 
 @pytest.fixture
@@ -37,8 +37,8 @@ def test_each_kind_of_input_is_read_with_the_code_that_opens_it(ws: Workspace, n
     (ws.files_dir / name).write_text(body)
     entries = build_manifest(ws, cache=DigestCache())
 
-    assert first_read(entries) == read
-    text = model_manifest(entries)
+    assert example_read(entries) == read
+    text = model_manifest(entries, read)
     assert text.startswith(render_manifest(entries))
     assert text.endswith(f"it is not their data. Read a file by its path, e.g. `{read}`.)")
 
@@ -48,18 +48,41 @@ def entry(path: str, kind: FileKind = FileKind.TEXT) -> ManifestEntry:
 
 
 def test_the_file_the_task_names_is_preferred_then_any_input(ws: Workspace) -> None:
-    assert model_manifest(build_manifest(ws, cache=DigestCache())) == "(no files)"
+    empty = build_manifest(ws, cache=DigestCache())
+    assert example_read(empty) == ""
+    assert model_manifest(empty, "") == "(no files)"
     entries = [entry("artifacts/a.txt"), entry("files/0000_read_me.txt"), entry("files/sales.csv", FileKind.CSV)]
 
-    assert first_read(entries) == "text = open('files/0000_read_me.txt').read()"
-    assert first_read(entries, "Total of sales.csv?") == "import pandas as pd; df = pd.read_csv('files/sales.csv')"
-    assert first_read(entries[:1]) == "text = open('artifacts/a.txt').read()"
+    assert example_read(entries) == "text = open('files/0000_read_me.txt').read()"
+    assert example_read(entries, "Total of sales.csv?") == "import pandas as pd; df = pd.read_csv('files/sales.csv')"
+    assert example_read(entries[:1]) == "text = open('artifacts/a.txt').read()"
+
+
+def test_every_file_a_join_names_is_read_into_its_own_variable() -> None:
+    """Seen with a real 1.5B model on a join of two files: shown the read of one, it never read the other."""
+    entries = [
+        entry("files/orders.csv", FileKind.CSV),
+        entry("files/customers.csv", FileKind.CSV),
+        entry("files/orders.tsv", FileKind.TSV),
+        entry("files/2024 notes.txt"),
+    ]
+    task = "files/orders.csv lists orders; customers.csv, orders.tsv and 2024 notes.txt the rest."
+
+    assert example_read(entries, task) == (
+        "import pandas as pd; df_orders = pd.read_csv('files/orders.csv'); "
+        "df_customers = pd.read_csv('files/customers.csv'); df_orders_3 = pd.read_csv('files/orders.tsv', sep='\\t'); "
+        "text_2024_notes = open('files/2024 notes.txt').read()"
+    )
+    many = [entry(f"files/part{n}.csv", FileKind.CSV) for n in range(9)]
+    read = example_read(many, " ".join(f"part{n}.csv" for n in range(9)))
+    assert read.count("pd.read_csv(") == 4
+    assert "import pandas as pd; df_part0 = " in read
 
 
 def test_a_hostile_file_name_is_written_as_a_python_string(ws: Workspace) -> None:
     (ws.files_dir / "x'); import os; ('.txt").write_text("boom\n")
 
-    read = first_read(build_manifest(ws, cache=DigestCache()))
+    read = example_read(build_manifest(ws, cache=DigestCache()))
 
     assert read == "text = open(\"files/x'); import os; ('.txt\").read()"
     assert compile(read, "<hint>", "exec")

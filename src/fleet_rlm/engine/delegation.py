@@ -43,7 +43,7 @@ from fleet_rlm.workspace.hashing import HashingReader
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, Workspace
 from fleet_rlm.workspace.manifest import build_manifest
 from fleet_rlm.workspace.paths import PathEscapeError, split_rel
-from fleet_rlm.workspace.reading import first_read, input_paths, model_manifest
+from fleet_rlm.workspace.reading import example_read, input_paths, model_manifest
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE, SafeTree, Skipped, UnsafeEntry
 
 CHILDREN_DIR = "children"
@@ -288,10 +288,10 @@ class ChildRun:
         )
         entries = build_manifest(workspace)
         self._input_paths = input_paths(entries)
-        self.trace.guard.reading = first_read(entries, self.task)
+        self.trace.guard.reading = example_read(entries, self.task)
         inputs = {
             "task": Text(self.task),
-            "workspace": Text(model_manifest(entries, self.task)),
+            "workspace": Text(model_manifest(entries, self.trace.guard.reading)),
             "history": Text(self.context or "(no context from the parent agent)"),
         }
         root = MeteredLM(self.delegation.lm, budget, f"child:{self.child_id}", streaming=False)

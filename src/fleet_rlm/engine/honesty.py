@@ -276,7 +276,7 @@ class LoopGuard:
     _last_printing: str = ""
     """The code of the newest execution that ran without error and printed something."""
     reading: str = ""
-    """Python that reads an input file (:func:`~fleet_rlm.workspace.reading.read_call`), shown to code that
+    """Python that reads the input files (:func:`~fleet_rlm.workspace.reading.example_read`), shown to code that
     only showed the inputs; empty when there is none."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -66,7 +66,7 @@ from fleet_rlm.workspace.copyout import MIB, copyable
 from fleet_rlm.workspace.hashing import hash_copied_out
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.manifest import build_manifest
-from fleet_rlm.workspace.reading import first_read, input_paths, model_manifest
+from fleet_rlm.workspace.reading import example_read, input_paths, model_manifest
 from fleet_rlm.workspace.snapshot import changed_between, snapshot
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 from fleet_rlm.workspace.walk import stat_file
@@ -417,8 +417,8 @@ class Turn:
     def _workspace_text(self) -> str:
         entries = build_manifest(self.tree)
         self._input_paths = input_paths(entries)
-        self.trace.guard.reading = first_read(entries, self.request.task)
-        manifest = model_manifest(entries, self.request.task)
+        self.trace.guard.reading = example_read(entries, self.request.task)
+        manifest = model_manifest(entries, self.trace.guard.reading)
         return f"{manifest}\n\n{self.request.kernel}" if self.request.kernel else manifest
 
     def _task_text(self) -> str:

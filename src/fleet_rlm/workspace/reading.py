@@ -12,27 +12,46 @@ from collections.abc import Sequence
 from fleet_rlm.workspace.kinds import FileKind
 from fleet_rlm.workspace.manifest import ManifestEntry, render_manifest
 
-_READERS: dict[FileKind, str] = {
-    FileKind.CSV: "import pandas as pd; df = pd.read_csv({path})",
-    FileKind.TSV: "import pandas as pd; df = pd.read_csv({path}, sep='\\t')",
-    FileKind.JSON: "import json; data = json.load(open({path}))",
-    FileKind.JSONL: "import pandas as pd; df = pd.read_json({path}, lines=True)",
-    FileKind.PARQUET: "import pandas as pd; df = pd.read_parquet({path})",
-    FileKind.SPREADSHEET: "import pandas as pd; df = pd.read_excel({path})",
-    FileKind.SQLITE: "import sqlite3; db = sqlite3.connect({path})",
-    FileKind.PDF: "import pypdf; pdf = pypdf.PdfReader({path})",
+_READERS: dict[FileKind, tuple[str, str]] = {
+    FileKind.CSV: ("import pandas as pd", "df = pd.read_csv({path})"),
+    FileKind.TSV: ("import pandas as pd", "df = pd.read_csv({path}, sep='\\t')"),
+    FileKind.JSON: ("import json", "data = json.load(open({path}))"),
+    FileKind.JSONL: ("import pandas as pd", "df = pd.read_json({path}, lines=True)"),
+    FileKind.PARQUET: ("import pandas as pd", "df = pd.read_parquet({path})"),
+    FileKind.SPREADSHEET: ("import pandas as pd", "df = pd.read_excel({path})"),
+    FileKind.SQLITE: ("import sqlite3", "db = sqlite3.connect({path})"),
+    FileKind.PDF: ("import pypdf", "pdf = pypdf.PdfReader({path})"),
 }
-_TEXT_READER = "text = open({path}).read()"
-_BINARY_READER = "data = open({path}, 'rb').read()"
+_TEXT_READER = ("", "text = open({path}).read()")
+_BINARY_READER = ("", "data = open({path}, 'rb').read()")
 _TEXT_LIKE = frozenset({FileKind.TEXT, FileKind.MARKDOWN, FileKind.CODE})
 INPUTS = "files/"
+MAX_READS = 4
+"""Files the example read opens at most, when the task names several."""
+_NON_WORD = re.compile(r"\W")
 
 
-def read_call(entry: ManifestEntry) -> str:
-    """The Python (imports included) that opens ``entry`` by its path, for the file's kind; the path is a
-    Python string literal, so any file name stays a string."""
-    template = _READERS.get(entry.kind) or (_TEXT_READER if entry.kind in _TEXT_LIKE else _BINARY_READER)
-    return template.format(path=repr(entry.path))
+def _reader(entry: ManifestEntry) -> tuple[str, str]:
+    return _READERS.get(entry.kind) or (_TEXT_READER if entry.kind in _TEXT_LIKE else _BINARY_READER)
+
+
+def _reads(entries: Sequence[ManifestEntry]) -> str:
+    """The Python (imports first, once each) that opens each of ``entries`` by its path. With several, each
+    goes to a variable named after its file (``df_orders``, ``df_customers``), so that a join reads both."""
+    imports: list[str] = []
+    statements: list[str] = []
+    for entry in entries:
+        module, statement = _reader(entry)
+        if module and module not in imports:
+            imports.append(module)
+        variable, rest = statement.split(" = ", 1)
+        if len(entries) > 1:
+            stem = entry.path.rsplit("/", 1)[-1].split(".", 1)[0]
+            variable = f"{variable}_{_NON_WORD.sub('_', stem).lower()}"
+            if any(made.startswith(f"{variable} = ") for made in statements):
+                variable = f"{variable}_{len(statements) + 1}"
+        statements.append(f"{variable} = {rest.format(path=repr(entry.path))}")
+    return "; ".join([*imports, *statements])
 
 
 def input_paths(entries: Sequence[ManifestEntry]) -> list[str]:
@@ -48,21 +67,21 @@ def names_file(text: str, path: str) -> bool:
     return re.search(rf"(?<![\w.-]){whole}(?![\w-]|\.\w)", text) is not None
 
 
-def first_read(entries: Sequence[ManifestEntry], task: str = "") -> str:
-    """:func:`read_call` of the first input file ``task`` names, else of the first input file, else of the
-    first file; ``""`` when there is no file."""
+def example_read(entries: Sequence[ManifestEntry], task: str = "") -> str:
+    """The Python that reads the input files ``task`` names (up to :data:`MAX_READS`, each to its own
+    variable when there are several), else the first input file, else the first file; ``""`` when there
+    is no file."""
     if not entries:
         return ""
     inputs = [entry for entry in entries if entry.path.startswith(INPUTS)]
     named = [entry for entry in inputs if names_file(task, entry.path)]
-    return read_call((named or inputs or list(entries))[0])
+    return _reads(named[:MAX_READS] or (inputs or list(entries))[:1])
 
 
-def model_manifest(entries: Sequence[ManifestEntry], task: str = "") -> str:
+def model_manifest(entries: Sequence[ManifestEntry], read: str) -> str:
     """The manifest as the model sees it: :func:`render_manifest`, then a line that says it is a listing
-    and shows how to read an input file (:func:`first_read`)."""
+    and shows how to read the input files (``read``, from :func:`example_read`)."""
     listing = render_manifest(entries)
-    read = first_read(entries, task)
     if not read:
         return listing
     return f"{listing}\n\n(This listing describes the files; it is not their data. Read a file by its path, e.g. `{read}`.)"
