@@ -268,6 +268,12 @@ def test_steps_the_model_cycles_through_count_as_repeated_work(harness: Harness)
         ("print(task)\nprint(workspace)", 'SUBMIT(answer="<the answer, with its figures>")'),
         ("print(total)\nprint(task)", "SUBMIT(answer=str(total))"),
         ("!pip install polars", 'SUBMIT(answer="<the answer, with its figures>")'),
+        (
+            "r = df.groupby('region').revenue.sum()\nr.to_csv('artifacts/revenue_by_region.csv', index=False)",
+            "SUBMIT(answer='Saved artifacts/revenue_by_region.csv:\\n' + r.to_string())",
+        ),
+        ("a.to_csv('a.csv')\nb.to_json(path)", "SUBMIT(answer=b.to_string())"),
+        ("print(total)\nr.to_csv('artifacts/r.csv')", "SUBMIT(answer=str(total))"),
     ],
 )
 def test_the_submit_call_suggested_hands_in_what_the_code_prints_last(code: str, suggested: str) -> None:
@@ -343,3 +349,28 @@ def test_an_empty_reply_after_a_result_is_told_the_submit_call_and_goes_on(harne
     )
     told = prompt_text(harness.server.model.requests_for("root")[2]).replace("\\n", "\n")
     assert "such as:\nSUBMIT(answer=f'The total is {total}.')" in told
+
+
+def test_a_saved_table_written_again_is_met_with_the_call_that_submits_that_table(harness: Harness) -> None:
+    """Seen with a real 1.5B model on the README's job: it saved the right CSV, printing nothing, three
+    more times; told only a generic SUBMIT call, the turn ended extracted (unverified)."""
+    save = (
+        "import pandas as pd\ndf = pd.read_csv('files/sales.csv')\n"
+        "r = df.groupby('region')['amount'].sum()\nr.to_csv('artifacts/revenue_by_region.csv')"
+    )
+    harness.server.script(
+        "root",
+        rlm_step("Save it.", save),
+        rlm_step("Save it.", save),
+        rlm_step("Submit.", "SUBMIT(answer='Saved artifacts/revenue_by_region.csv:\\n' + r.to_string())"),
+    )
+
+    run = harness.run(
+        "Revenue by region", files={"sales.csv": "region,amount\nnorth,3\nsouth,4\nnorth,5\n"}, max_iterations=6
+    )
+
+    assert (run.outcome.status, run.outcome.answer_source, run.outcome.unverified) == ("completed", "submitted", False)
+    assert run.outcome.answer.startswith("Saved artifacts/revenue_by_region.csv:\n")
+    assert "north    8" in run.outcome.answer
+    told = "".join(str(message["content"]) for message in harness.server.model.requests_for("root")[2]["messages"])
+    assert "such as:\nSUBMIT(answer='Saved artifacts/revenue_by_region.csv:\\n' + r.to_string())" in told

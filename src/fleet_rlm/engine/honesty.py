@@ -227,10 +227,36 @@ def holds_no_code(code: str) -> bool:
     return tree is not None and not tree.body
 
 
+_TABLE_WRITERS = frozenset({"to_csv", "to_json", "to_excel", "to_parquet", "to_markdown"})
+"""pandas' methods that save a table to a file: code that saves one and prints nothing has its answer in
+that table."""
+
+
+def _saved_table(tree: ast.Module) -> str | None:
+    """The SUBMIT call that hands in the table ``tree`` saves last (``df.to_csv(...)``):
+    the table's text, after the path it was saved to when that is written out; None when it saves none."""
+    saves = [
+        (node.lineno, node.col_offset, node.func.value, node.args[0])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _TABLE_WRITERS
+        and node.args
+    ]
+    if not saves:
+        return None
+    *_, saved, path = max(saves, key=lambda save: save[:2])
+    table = f"{ast.unparse(saved)}.to_string()"
+    if isinstance(path, ast.Constant) and isinstance(path.value, str):
+        return f"SUBMIT(answer={f'Saved {path.value}:' + chr(10)!r} + {table})"
+    return f"SUBMIT(answer={table})"
+
+
 def submit_suggestion(code: str) -> str:
     """The SUBMIT call that would hand in what ``code`` prints last: ``print(x)`` becomes
-    ``SUBMIT(answer=str(x))``, ``print(f"...")`` ``SUBMIT(answer=f"...")``; a generic call otherwise
-    (prints of the inputs themselves are passed over)."""
+    ``SUBMIT(answer=str(x))``, ``print(f"...")`` ``SUBMIT(answer=f"...")``; when it prints nothing, the
+    table it saves last (``df.to_csv(path)`` becomes ``SUBMIT(answer='Saved path:\\n' + df.to_string())``);
+    a generic call otherwise (prints of the inputs themselves are passed over)."""
     tree = parsed(code)
     if tree is None:
         return GENERIC_SUBMIT
@@ -244,7 +270,7 @@ def submit_suggestion(code: str) -> str:
         and not _prints_only_inputs(node)
     ]
     if not printed:
-        return GENERIC_SUBMIT
+        return _saved_table(tree) or GENERIC_SUBMIT
     args = max(printed, key=lambda node: (node.lineno, node.col_offset)).args
     if len(args) == 1 and isinstance(args[0], ast.JoinedStr | ast.Constant):
         return f"SUBMIT(answer={ast.unparse(args[0])})"
@@ -273,8 +299,9 @@ class LoopGuard:
     _effects: dict[tuple[str, frozenset[str]], int] = field(default_factory=dict)
     _malformed: int = 0
     _empty: int = 0
-    _last_printing: str = ""
-    """The code of the newest execution that ran without error and printed something."""
+    _last_result: str = ""
+    """The code of the newest execution that ran without error and printed something or saved a table:
+    what :func:`submit_suggestion` builds the SUBMIT call from."""
     reading: str = ""
     """Python that reads the input files (:func:`~fleet_rlm.workspace.reading.example_read`), shown to code that
     only showed the inputs; empty when there is none."""
@@ -297,7 +324,8 @@ class LoopGuard:
             self._runs[run] = self._runs.get(run, 0) + 1
             if output.strip():
                 self._effects[effect] = self._effects.get(effect, 0) + 1
-                self._last_printing = code
+            if output.strip() or submit_suggestion(code) != GENERIC_SUBMIT:
+                self._last_result = code
             return max(self._runs[run], self._effects.get(effect, 0))
 
     def repeat_advice(self, repeats: int, code: str) -> str | None:
@@ -332,12 +360,12 @@ class LoopGuard:
 
     def no_code(self) -> str:
         """Record a reply whose code holds no statement (nothing runs), and return what the model is told:
-        the SUBMIT call built from the newest code that printed something. Seen with a 1.5B model: it
-        printed the right total, then replied with empty code until the loop guard stopped it. Raises
-        RepeatedWork at the limit, counted over the turn."""
+        the SUBMIT call built from the newest code that printed something or saved a table. Seen with a
+        1.5B model: it printed the right total, then replied with empty code until the loop guard stopped
+        it. Raises RepeatedWork at the limit, counted over the turn."""
         with self._lock:
             self._empty += 1
-            empty, last = self._empty, self._last_printing
+            empty, last = self._empty, self._last_result
         if empty >= self.stop_after:
             raise RepeatedWork(
                 f"the model replied {empty} times with no code instead of submitting a result, so the turn "
