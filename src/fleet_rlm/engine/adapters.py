@@ -119,6 +119,14 @@ class FleetJSONAdapter(TrajectoryAsConversation, dspy.JSONAdapter):  # type: ign
         self.task = task
 
 
+CODE_IN_JSON = (
+    '`code` is a JSON string: a double quote inside it ends it unless written \\", so write the strings in '
+    "your Python with single quotes ('text')."
+)
+"""Told to the model whose replies follow a schema: a 1.5B model wrote ``review["text"]`` unescaped, and its
+code arrived cut off at ``review[``."""
+
+
 class SchemaAdapter(FleetJSONAdapter):
     """:class:`FleetJSONAdapter` sending the signature's output schema in ``style`` with each call to
     ``root``; calls to any other model (whose endpoint was not probed) go through :class:`FleetChatAdapter`."""
@@ -138,6 +146,12 @@ class SchemaAdapter(FleetJSONAdapter):
         if lm is not self.root:
             return await self._chat.acall(lm, lm_kwargs, signature, demos, inputs)
         return await super().acall(lm, lm_kwargs, signature, demos, inputs)
+
+    def format_field_structure(self, signature: Any) -> str:
+        structure = str(super().format_field_structure(signature))
+        if "code" not in signature.output_fields:
+            return structure
+        return f"{structure}\n\n{CODE_IN_JSON}"
 
     def _prepare_response_format(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any) -> None:
         schema = structured_outputs_model(signature).model_json_schema()

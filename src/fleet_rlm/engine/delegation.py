@@ -25,7 +25,7 @@ from typing import Any
 import dspy
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.adapters import turn_adapter
+from fleet_rlm.engine.adapters import SchemaAdapter, turn_adapter
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.honesty import LoopGuard, could_not_compute, incomplete_in, unread_inputs_reason
@@ -43,7 +43,7 @@ from fleet_rlm.workspace.hashing import HashingReader
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, Workspace
 from fleet_rlm.workspace.manifest import build_manifest
 from fleet_rlm.workspace.paths import PathEscapeError, split_rel
-from fleet_rlm.workspace.reading import example_read, input_paths, model_manifest
+from fleet_rlm.workspace.reading import example_read, input_paths, input_tables, model_manifest
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE, SafeTree, Skipped, UnsafeEntry
 
 CHILDREN_DIR = "children"
@@ -289,6 +289,7 @@ class ChildRun:
         entries = build_manifest(workspace)
         self._input_paths = input_paths(entries)
         self.trace.guard.reading = example_read(entries, self.task)
+        self.trace.hints.tables = input_tables(entries)
         inputs = {
             "task": Text(self.task),
             "workspace": Text(model_manifest(entries, self.trace.guard.reading)),
@@ -298,6 +299,7 @@ class ChildRun:
         callbacks = RLMCallbacks(self.trace, rlm.generate_action, rlm.extract)
         try:
             adapter = turn_adapter(self.delegation.settings.lm, root, self.task)
+            self.trace.hints.json_replies = isinstance(adapter, SchemaAdapter)
             with program_context(root, self.usage, callbacks, adapter=adapter):
                 prediction = rlm(**inputs)
             budget.check_alive()

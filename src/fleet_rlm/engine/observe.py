@@ -21,6 +21,7 @@ from fleet_rlm.engine.budget import TurnBudget
 from fleet_rlm.engine.dspy_compat import strip_code_fences
 from fleet_rlm.engine.emitter import EventEmitter
 from fleet_rlm.engine.evidence import PrintedOutputs
+from fleet_rlm.engine.hints import FailureHints
 from fleet_rlm.engine.honesty import LoopGuard, holds_no_code
 from fleet_rlm.engine.program import SHOW_WRITTEN_FILES, LoopRecovery
 from fleet_rlm.engine.restart import SandboxRestarter, restart_observation
@@ -73,6 +74,8 @@ class TurnTrace:
     ) -> None:
         self.emitter = emitter
         self.guard = guard or LoopGuard(warn_after=2, stop_after=4)
+        self.hints = FailureHints()
+        """What the loop's failed executions are told on top of their error (set with the workspace's inputs)."""
         self.extracted = False
         """True once the answer came from the extract step (the iteration budget ran out, or the loop was
         ended early)."""
@@ -277,9 +280,11 @@ class ObservedSandbox:
             failure = describe_failure(exc)
             trace.emit_in_iteration(failure)
             if own_code:
+                hint = trace.hints.hint(code, failure.error_type, failure.message)
                 advice = trace.guard.advice(trace.guard.failure(code, failure.error_type, failure.message))
-                if advice is not None:
-                    raise CodeExecutionError(f"{exc}\n\n{advice}") from exc
+                told = "\n\n".join(text for text in (hint, advice) if text)
+                if told:
+                    raise CodeExecutionError(f"{exc}\n\n{told}") from exc
             raise
         else:
             trace.ran_without_error(own_code)

@@ -22,7 +22,7 @@ import dspy
 from dspy.primitives import CodeInterpreterError
 
 from fleet_rlm.config import Settings
-from fleet_rlm.engine.adapters import turn_adapter
+from fleet_rlm.engine.adapters import SchemaAdapter, turn_adapter
 from fleet_rlm.engine.budget import BudgetExceeded, TurnBudget, TurnCancelled, budget_error_in, one_line
 from fleet_rlm.engine.delegation import Delegation
 from fleet_rlm.engine.emitter import EventEmitter
@@ -66,7 +66,7 @@ from fleet_rlm.workspace.copyout import MIB, copyable
 from fleet_rlm.workspace.hashing import hash_copied_out
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.manifest import build_manifest
-from fleet_rlm.workspace.reading import example_read, input_paths, model_manifest
+from fleet_rlm.workspace.reading import example_read, input_paths, input_tables, model_manifest
 from fleet_rlm.workspace.snapshot import changed_between, snapshot
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 from fleet_rlm.workspace.walk import stat_file
@@ -317,12 +317,14 @@ class Turn:
         skills.install(self.workspace, self.trace, report_catalog=True)
         root_lm = MeteredLM(build_lm(settings.lm), self.budget, "root", streaming=settings.lm.stream)
         task = self._task_text()
+        adapter = turn_adapter(settings.lm, root_lm, task)
+        self.trace.hints.json_replies = isinstance(adapter, SchemaAdapter)
         ctx = RouteContext(
             settings=settings,
             budget=self.budget,
             trace=self.trace,
             root_lm=root_lm,
-            adapter=turn_adapter(settings.lm, root_lm, task),
+            adapter=adapter,
             sub_lm=MeteredLM(build_lm(settings.sub_lm.over(settings.lm)), self.budget, "sub", streaming=False),
             max_iterations=self.max_iterations,
             inputs={
@@ -418,6 +420,7 @@ class Turn:
         entries = build_manifest(self.tree)
         self._input_paths = input_paths(entries)
         self.trace.guard.reading = example_read(entries, self.request.task)
+        self.trace.hints.tables = input_tables(entries)
         manifest = model_manifest(entries, self.trace.guard.reading)
         return f"{manifest}\n\n{self.request.kernel}" if self.request.kernel else manifest
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from fleet_rlm.workspace.kinds import FileKind
 from fleet_rlm.workspace.manifest import ManifestEntry, render_manifest
+from fleet_rlm.workspace.previews import TablePreview
 
 _READERS: dict[FileKind, tuple[str, str]] = {
     FileKind.CSV: ("import pandas as pd", "df = pd.read_csv({path})"),
@@ -27,6 +28,7 @@ _BINARY_READER = ("", "data = open({path}, 'rb').read()")
 _TEXT_LIKE = frozenset({FileKind.TEXT, FileKind.MARKDOWN, FileKind.CODE})
 INPUTS = "files/"
 MAX_READS = 4
+MAX_TABLES = 6
 """Files the example read opens at most, when the task names several."""
 _NON_WORD = re.compile(r"\W")
 
@@ -57,6 +59,16 @@ def _reads(entries: Sequence[ManifestEntry]) -> str:
 def input_paths(entries: Sequence[ManifestEntry]) -> list[str]:
     """The paths of the input files (under ``files/``)."""
     return [entry.path for entry in entries if entry.path.startswith(INPUTS)]
+
+
+def input_tables(entries: Sequence[ManifestEntry]) -> dict[str, tuple[str, ...]]:
+    """The header of each input table (CSV, TSV) the manifest previews, by path, up to :data:`MAX_TABLES`."""
+    tables = [
+        (entry.path, entry.preview.header)
+        for entry in entries
+        if entry.path.startswith(INPUTS) and isinstance(entry.preview, TablePreview)
+    ]
+    return dict(tables[:MAX_TABLES])
 
 
 def names_file(text: str, path: str) -> bool:
