@@ -52,6 +52,11 @@ for file in ['files/east.csv', 'files/north.csv']:
             "line never ran: `'x' in line` was never true.",
         ),
         (
+            "if rows:\n    pass\nelse:\n    empty = True\nprint(empty)",
+            "empty",
+            "[Fleet] `empty` is set only under `if rows:` in this code, and that line never ran: `rows` was true.",
+        ),
+        (
             "def total(rows):\n    result = sum(rows)\ntotal([1])\nprint(result)",
             "result",
             "[Fleet] `result` is set only inside the function `def total(...)`: it is local to it. Return it instead.",
@@ -132,13 +137,30 @@ def test_a_missing_column_is_found_in_the_other_file_of_a_join() -> None:
         assert hints.hint("", "KeyError", message) is None
 
 
+def test_a_path_that_is_not_a_file_is_shown_the_input_it_meant() -> None:
+    """Seen with a real 1.5B model: it opened each line of `workspace` as a path, size and digest included."""
+    hints = FailureHints(inputs=["files/archive.txt", "files/orders.csv"])
+    line = "files/archive.txt  (1.9 MiB, text, 23,027 lines, sha256 006a7d67c21f)"
+    assert hints.hint("", "FileNotFoundError", f"[Errno 2] No such file or directory: {line!r}") == (
+        f"[Fleet] There is no file {line!r}: the file's path is 'files/archive.txt'. The rest of its line in "
+        "`workspace` describes it (size, kind, sha256): `workspace` is a listing to read, not paths to open."
+    )
+    for missing in ("archive.txt", "files/order.csv"):
+        told = hints.hint("", "FileNotFoundError", f"[Errno 2] No such file or directory: {missing!r}")
+        assert told is not None and told.startswith(f"[Fleet] There is no file {missing!r}; the input file nearest")
+    assert hints.hint("", "FileNotFoundError", "[Errno 2] No such file or directory: 'zzz/qqq.bin'") is None
+    assert FailureHints().hint("", "FileNotFoundError", "[Errno 2] No such file or directory: 'a.txt'") is None
+
+
 def test_a_hostile_error_message_gets_no_hint_and_breaks_nothing() -> None:
     """The error's message is whatever the guest raised."""
-    hints = FailureHints(json_replies=True, tables=JOIN_TABLES)
+    hints = FailureHints(json_replies=True, inputs=list(JOIN_TABLES), tables=JOIN_TABLES)
     for message in ("[" * 100_000, "(" * 5000 + "'amount'" + ")" * 5000, "'" + "a" * 1_000_000 + "'", "\x00'amount'"):
         assert hints.hint("x = 1", "KeyError", message) is None
     assert hints.hint("(" * 100_000, "SyntaxError", "too many nested parentheses") is None
     assert hints.hint("x = 1", "NameError", "name '" + "a" * 100_000) is None
+    for message in ("No such file or directory: '" + "\\" * 100_000, "No such file or directory: '\\x00' + 1"):
+        assert hints.hint("x = 1", "FileNotFoundError", message) is None
 
 
 def test_a_join_that_looked_up_a_column_in_the_wrong_file_is_shown_where_it_is(harness: Harness) -> None:

@@ -289,7 +289,7 @@ class ChildRun:
         entries = build_manifest(workspace)
         self._input_paths = input_paths(entries)
         self.trace.guard.reading = example_read(entries, self.task)
-        self.trace.hints.tables = input_tables(entries)
+        self.trace.hints.inputs, self.trace.hints.tables = self._input_paths, input_tables(entries)
         inputs = {
             "task": Text(self.task),
             "workspace": Text(model_manifest(entries, self.trace.guard.reading)),

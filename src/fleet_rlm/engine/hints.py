@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import codeop
+import difflib
 import re
 import warnings
 from collections.abc import Iterator, Sequence
@@ -34,6 +35,7 @@ IMPORTS = {
 }
 """Names small models use without importing them, and the import that defines each."""
 _UNDEFINED = re.compile(r"name '(\w+)' is not defined")
+_MISSING_PATH = re.compile(r"""No such file or directory: ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 _SEARCHES = frozenset({"search", "match", "fullmatch"})
 _WORD = re.compile(r"[A-Za-z]{3,}")
 
@@ -44,6 +46,8 @@ class FailureHints:
 
     json_replies: bool = False
     """The model replies in a JSON object (``lm.structured_output``), so its code is a JSON string."""
+    inputs: list[str] = field(default_factory=list)
+    """The paths of the input files (under ``files/``)."""
     tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """The header of each input table (path to its column names): :func:`~fleet_rlm.workspace.reading.input_tables`."""
 
@@ -55,7 +59,35 @@ class FailureHints:
             return self._missing_column(message)
         if error_type == "NameError":
             return undefined_name_hint(code, message)
+        if error_type == "FileNotFoundError":
+            return self._missing_file(message)
         return None
+
+    def _missing_file(self, message: str) -> str | None:
+        """A path that does not exist: a manifest line taken for a path, or a near miss of an input's."""
+        match = _MISSING_PATH.search(message)
+        if match is None or not self.inputs:
+            return None
+        try:
+            missing = ast.literal_eval(match.group(1))
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+        if not isinstance(missing, str):
+            return None
+        within = [path for path in self.inputs if path in missing and path != missing]
+        if within:
+            path = max(within, key=len)
+            return (
+                f"[Fleet] There is no file {_cut(missing)!r}: the file's path is {path!r}. The rest of its line in "
+                "`workspace` describes it (size, kind, sha256): `workspace` is a listing to read, not paths to open."
+            )
+        named = {path.rsplit("/", 1)[-1]: path for path in self.inputs}
+        near = difflib.get_close_matches(missing, self.inputs, n=1) or [
+            named[name] for name in difflib.get_close_matches(missing.rsplit("/", 1)[-1], list(named), n=1)
+        ]
+        if not near:
+            return None
+        return f"[Fleet] There is no file {_cut(missing)!r}; the input file nearest to it is {near[0]!r} (paths are relative to the workspace)."
 
     def _missing_column(self, message: str) -> str | None:
         try:
@@ -88,6 +120,10 @@ class FailureHints:
                 f"({', '.join(shared)})."
             )
         return told
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= TAIL_CHARS * 2 else text[: TAIL_CHARS * 2] + "..."
 
 
 def _columns(header: tuple[str, ...]) -> str:
@@ -161,8 +197,10 @@ def undefined_name_hint(code: str, message: str) -> str | None:
     if not isinstance(innermost, ast.If):
         return f"{told}, and that line never ran."
     in_loop = any(isinstance(node, ast.For | ast.AsyncFor | ast.While) for node in headers[:-1])
-    told += f", and that line never ran: `{ast.unparse(innermost.test)}` was {'never true' if in_loop else 'false'}"
-    search = _search_behind(tree, innermost.test)
+    wanted = _sets(innermost.body, name)  # else the name is set under the `else:`
+    was = ("never true" if in_loop else "false") if wanted else ("never false" if in_loop else "true")
+    told += f", and that line never ran: `{ast.unparse(innermost.test)}` was {was}"
+    search = _search_behind(tree, innermost.test) if wanted else None
     if search is None:
         return told + "."
     pattern, text = search

@@ -420,7 +420,7 @@ class Turn:
         entries = build_manifest(self.tree)
         self._input_paths = input_paths(entries)
         self.trace.guard.reading = example_read(entries, self.request.task)
-        self.trace.hints.tables = input_tables(entries)
+        self.trace.hints.inputs, self.trace.hints.tables = self._input_paths, input_tables(entries)
         manifest = model_manifest(entries, self.trace.guard.reading)
         return f"{manifest}\n\n{self.request.kernel}" if self.request.kernel else manifest
 
