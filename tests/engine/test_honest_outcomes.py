@@ -372,5 +372,11 @@ def test_a_saved_table_written_again_is_met_with_the_call_that_submits_that_tabl
     assert (run.outcome.status, run.outcome.answer_source, run.outcome.unverified) == ("completed", "submitted", False)
     assert run.outcome.answer.startswith("Saved artifacts/revenue_by_region.csv:\n")
     assert "north    8" in run.outcome.answer
-    told = "".join(str(message["content"]) for message in harness.server.model.requests_for("root")[2]["messages"])
-    assert "such as:\nSUBMIT(answer='Saved artifacts/revenue_by_region.csv:\\n' + r.to_string())" in told
+    requests = harness.server.model.requests_for("root")
+    told = "".join(str(message["content"]) for message in requests[2]["messages"])
+    submit = "SUBMIT(answer='Saved artifacts/revenue_by_region.csv:\\n' + r.to_string())"
+    assert f"such as:\n{submit}" in told
+    # The line under the last output, the one a small model follows, ends with that call too.
+    last = str(requests[2]["messages"][-1]["content"])
+    assert f"(Revenue by region): if the output above answers it, your code is this one line:\n{submit}\n" in last
+    assert "build on the outputs above" in str(requests[1]["messages"][-1]["content"])

@@ -26,6 +26,7 @@ import dspy
 
 from fleet_rlm.config.sections import LMSettings
 from fleet_rlm.engine.dspy_compat import REPLEntry, REPLHistory, structured_outputs_model
+from fleet_rlm.engine.honesty import LoopGuard
 from fleet_rlm.models.structured import Style, response_format, schema_support
 
 VARIABLES = "variables_info"
@@ -38,12 +39,19 @@ _STEP = dspy.Signature("repl_history -> reasoning, code")
 TASK_REMINDER_CHARS = 600
 
 
-def next_step_reminder(task: str) -> str:
+def next_step_reminder(task: str, submit: str | None = None) -> str:
     """The line under the last output that sends the model on from it, restating the task (cut to
-    :data:`TASK_REMINDER_CHARS`): without it a small model often ran its first step again."""
+    :data:`TASK_REMINDER_CHARS`): without it a small model often ran its first step again. When the loop
+    guard has just suggested a SUBMIT call (``submit``), the line ends with it: told it only inside the
+    output, a 1.5B model printed the same table three more times."""
     text = " ".join(task.split())
     if len(text) > TASK_REMINDER_CHARS:
         text = text[:TASK_REMINDER_CHARS] + " ..."
+    if submit is not None:
+        return (
+            f"Your next step toward the task ({text}): if the output above answers it, your code is this one "
+            f"line:\n{submit}\nIf it does not, write different code."
+        )
     return (
         f"Your next step toward the task ({text}): build on the outputs above without repeating a step; "
         "when an output answers the task, SUBMIT the answer."
@@ -58,6 +66,8 @@ class TrajectoryAsConversation:
     trajectory as a transcript, keeps DSPy's layout."""
 
     task: str | None = None
+    guard: LoopGuard | None = None
+    """The loop's guard, whose :attr:`~LoopGuard.suggested_submit` the reminder ends with."""
 
     def format(self, signature: Any, demos: Any, inputs: dict[str, Any]) -> list[dict[str, Any]]:
         history = inputs.get(HISTORY)
@@ -82,7 +92,7 @@ class TrajectoryAsConversation:
         """``content`` with the reminder before the output requirements (DSPy's last paragraph)."""
         requirements = self.user_message_output_requirements(signature)  # type: ignore[attr-defined]
         assert self.task is not None
-        reminder = next_step_reminder(self.task)
+        reminder = next_step_reminder(self.task, self.guard.suggested_submit if self.guard else None)
         if content.endswith(requirements):
             return f"{content[: -len(requirements)]}{reminder}\n\n{requirements}"
         return f"{content}\n\n{reminder}"
@@ -103,20 +113,20 @@ def _total_iterations(iteration: Any) -> str | None:
 class FleetChatAdapter(TrajectoryAsConversation, dspy.ChatAdapter):  # type: ignore[misc]
     """DSPy's chat adapter with the trajectory as a conversation; its JSON fallback likewise."""
 
-    def __init__(self, task: str | None = None) -> None:
+    def __init__(self, task: str | None = None, guard: LoopGuard | None = None) -> None:
         super().__init__()
-        self.task = task
+        self.task, self.guard = task, guard
 
     def _make_json_adapter_fallback(self) -> dspy.JSONAdapter:
-        return FleetJSONAdapter(self.task)
+        return FleetJSONAdapter(self.task, self.guard)
 
 
 class FleetJSONAdapter(TrajectoryAsConversation, dspy.JSONAdapter):  # type: ignore[misc]
     """DSPy's JSON adapter with the trajectory as a conversation."""
 
-    def __init__(self, task: str | None = None) -> None:
+    def __init__(self, task: str | None = None, guard: LoopGuard | None = None) -> None:
         super().__init__()
-        self.task = task
+        self.task, self.guard = task, guard
 
 
 CODE_IN_JSON = (
@@ -131,8 +141,8 @@ class SchemaAdapter(FleetJSONAdapter):
     """:class:`FleetJSONAdapter` sending the signature's output schema in ``style`` with each call to
     ``root``; calls to any other model (whose endpoint was not probed) go through :class:`FleetChatAdapter`."""
 
-    def __init__(self, style: Style, root: Any, task: str | None = None) -> None:
-        super().__init__(task)
+    def __init__(self, style: Style, root: Any, task: str | None = None, guard: LoopGuard | None = None) -> None:
+        super().__init__(task, guard)
         self.style: Style = style
         self.root = root
         self._chat = FleetChatAdapter()
@@ -206,11 +216,11 @@ def schema_style(lm: LMSettings) -> Style | None:
     return schema_support(lm).style
 
 
-def turn_adapter(lm: LMSettings, root: Any, task: str) -> TurnAdapter:
-    """The adapter a turn's (or a child's) programs run with, ``root`` being its metered root model and
-    ``task`` what it was asked."""
+def turn_adapter(lm: LMSettings, root: Any, task: str, guard: LoopGuard | None = None) -> TurnAdapter:
+    """The adapter a turn's (or a child's) programs run with, ``root`` being its metered root model,
+    ``task`` what it was asked and ``guard`` its loop's guard."""
     style = schema_style(lm)
-    return FleetChatAdapter(task) if style is None else SchemaAdapter(style, root, task)
+    return FleetChatAdapter(task, guard) if style is None else SchemaAdapter(style, root, task, guard)
 
 
 def stream_as(adapter: dspy.Adapter) -> str:

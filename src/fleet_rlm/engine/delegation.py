@@ -298,7 +298,7 @@ class ChildRun:
         root = MeteredLM(self.delegation.lm, budget, f"child:{self.child_id}", streaming=False)
         callbacks = RLMCallbacks(self.trace, rlm.generate_action, rlm.extract)
         try:
-            adapter = turn_adapter(self.delegation.settings.lm, root, self.task)
+            adapter = turn_adapter(self.delegation.settings.lm, root, self.task, self.trace.guard)
             self.trace.hints.json_replies = isinstance(adapter, SchemaAdapter)
             with program_context(root, self.usage, callbacks, adapter=adapter):
                 prediction = rlm(**inputs)

@@ -302,6 +302,9 @@ class LoopGuard:
     _last_result: str = ""
     """The code of the newest execution that ran without error and printed something or saved a table:
     what :func:`submit_suggestion` builds the SUBMIT call from."""
+    suggested_submit: str | None = None
+    """The SUBMIT call the newest execution's advice suggested, if it suggested one; the reminder under
+    that output ends with it (:func:`~fleet_rlm.engine.adapters.next_step_reminder`)."""
     reading: str = ""
     """Python that reads the input files (:func:`~fleet_rlm.workspace.reading.example_read`), shown to code that
     only showed the inputs; empty when there is none."""
@@ -321,6 +324,7 @@ class LoopGuard:
         with self._lock:
             self.succeeded += 1
             self._attempt, self._repeats, self._malformed = None, 0, 0
+            self.suggested_submit = None
             self._runs[run] = self._runs.get(run, 0) + 1
             if output.strip():
                 self._effects[effect] = self._effects.get(effect, 0) + 1
@@ -351,10 +355,11 @@ class LoopGuard:
             )
         if repeats < self.warn_after:
             return None
+        self.suggested_submit = submit_suggestion(code)
         return (
             f"[Fleet] This is the same output, with the same files written, for the {_ordinal(repeats)} time: "
             "running this again will do the same again. If that output answers the task, your next code must be "
-            f"one line that submits it, such as:\n{submit_suggestion(code)}\n"
+            f"one line that submits it, such as:\n{self.suggested_submit}\n"
             "If the output does not answer the task, change the code."
         )
 
@@ -371,9 +376,10 @@ class LoopGuard:
                 f"the model replied {empty} times with no code instead of submitting a result, so the turn "
                 "answered from the work so far"
             )
+        self.suggested_submit = submit_suggestion(last) if last else GENERIC_SUBMIT
         return (
             "[Fleet] Your reply held no code, so nothing ran. If an output above answers the task, your next "
-            f"code must be one line that submits it, such as:\n{submit_suggestion(last) if last else GENERIC_SUBMIT}\n"
+            f"code must be one line that submits it, such as:\n{self.suggested_submit}\n"
             "Otherwise write the code of the next step."
         )
 
@@ -387,12 +393,14 @@ class LoopGuard:
             self._repeats = self._repeats + 1 if attempt == self._attempt else 1
             self._attempt = attempt
             self._malformed = 0
+            self.suggested_submit = None
             return self._repeats
 
     def malformed(self) -> int:
         """Record a reply of the model that could not be read (nothing ran); returns how many in a row."""
         with self._lock:
             self._malformed += 1
+            self.suggested_submit = None
             return self._malformed
 
     def advice(self, repeats: int) -> str | None:

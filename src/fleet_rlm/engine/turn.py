@@ -317,7 +317,7 @@ class Turn:
         skills.install(self.workspace, self.trace, report_catalog=True)
         root_lm = MeteredLM(build_lm(settings.lm), self.budget, "root", streaming=settings.lm.stream)
         task = self._task_text()
-        adapter = turn_adapter(settings.lm, root_lm, task)
+        adapter = turn_adapter(settings.lm, root_lm, task, self.trace.guard)
         self.trace.hints.json_replies = isinstance(adapter, SchemaAdapter)
         ctx = RouteContext(
             settings=settings,
