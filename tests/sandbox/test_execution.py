@@ -75,8 +75,25 @@ def test_submit_takes_a_computed_figure_as_text_and_explains_none(sandbox: Local
     assert "return None" in message and "SUBMIT(answer=<the answer itself>)" in message
     with pytest.raises(CodeExecutionError, match=r"got bool: True; pass its text, e.g. SUBMIT\(answer=str\(value\)\)"):
         sandbox.execute("SUBMIT(answer=True)")
-    with pytest.raises(CodeExecutionError, match=r"got list: \[1, 2\]; pass its text"):
-        sandbox.execute("SUBMIT(answer=[1, 2])")
+    with pytest.raises(CodeExecutionError, match=r"got set: \{1\}; pass its text"):
+        sandbox.execute("SUBMIT(answer={1})")
+
+
+def test_submit_takes_a_computed_table_or_list_as_the_text_it_prints(sandbox: LocalSandbox) -> None:
+    """Seen with a real 1.5B model on the README's job: ``SUBMIT(region_revenue)``, a DataFrame, four times."""
+    sandbox.output_fields = [{"name": "answer", "type": "str"}]
+    table = "import pandas as pd\nt = pd.DataFrame({'region': ['east', 'north'], 'revenue': [6901, 7811]})\n"
+    submitted = sandbox.execute(f"{table}SUBMIT(t)")
+    assert submitted == FinalOutput({"answer": "```\n  region  revenue\n0   east     6901\n1  north     7811\n```"})
+    assert sandbox.execute(f"{table}SUBMIT(answer=t.set_index('region')['revenue'])") == FinalOutput(
+        {"answer": "```\nregion\neast     6901\nnorth    7811\n```"}
+    )
+    assert sandbox.execute("SUBMIT(answer=[1, 3, 5])") == FinalOutput({"answer": "[1, 3, 5]"})
+    assert sandbox.execute("import numpy as np\nSUBMIT(answer=np.array([2, 4]))") == FinalOutput({"answer": "[2 4]"})
+    # A table whose printing fails is the code's own error, raised under its deadline.
+    failing = "import pandas as pd\nclass Bad(pd.DataFrame):\n    def to_string(self, *a, **k):\n        raise ValueError('no')\n"
+    with pytest.raises(CodeExecutionError, match="ValueError: no"):
+        sandbox.execute(f"{failing}SUBMIT(answer=Bad({{'a': [1]}}))")
 
 
 def test_submit_without_output_fields_takes_one_value(sandbox: LocalSandbox) -> None:

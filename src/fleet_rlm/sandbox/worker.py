@@ -110,6 +110,23 @@ def mistyped_field_message(name: str, expected: str, value: Any) -> str:
     return message
 
 
+def computed_text(value: Any) -> str | None:
+    """The text a computed value gives a text field of SUBMIT, or None to refuse it: a figure exactly
+    (numpy's too), a pandas table or series as it prints (``to_string()``, in a fenced block), a numpy array, list, tuple
+    or dict as it prints. Refusing them cost small models the turn: a 1.5B model sent
+    ``SUBMIT(region_revenue)``, a DataFrame, four times. A bool is not a figure (numpy 1 names its type
+    bool_), and a None is explained instead."""
+    kind = type(value)
+    if isinstance(value, Real):
+        return None if kind.__name__ in ("bool", "bool_") else str(value)
+    pandas = any(str(getattr(base, "__module__", "")).split(".", 1)[0] == "pandas" for base in kind.__mro__)
+    if pandas and callable(getattr(value, "to_string", None)):
+        return f"```\n{value.to_string()}\n```"  # a block, so that the answer's Markdown keeps its lines
+    if kind in (list, tuple, dict) or (kind.__module__ == "numpy" and kind.__name__ == "ndarray"):
+        return str(value)
+    return None
+
+
 class Submission(BaseException):
     """Raised by SUBMIT to end an execution with a final answer."""
 
@@ -325,10 +342,10 @@ class Session:
         for field in fields:
             name, expected = field["name"], field.get("type")
             value = values[name]
-            if expected == "str" and isinstance(value, Real) and type(value).__name__ not in ("bool", "bool_"):
-                # A computed figure (numpy's too) is the answer's text exactly; refusing it costs small
-                # models a turn. A bool is not a figure (numpy 1 names its type bool_).
-                values[name] = value = str(value)
+            if expected == "str":
+                text = computed_text(value)
+                if text is not None:
+                    values[name] = value = text
             allowed = SIMPLE_TYPE_CHECKS.get(expected or "")
             if allowed and (not isinstance(value, allowed) or (isinstance(value, bool) and expected != "bool")):
                 raise TypeError(mistyped_field_message(name, expected or "", value))
