@@ -145,6 +145,12 @@ def test_a_path_that_is_not_a_file_is_shown_the_input_it_meant() -> None:
         f"[Fleet] There is no file {line!r}: the file's path is 'files/archive.txt'. The rest of its line in "
         "`workspace` describes it (size, kind, sha256): `workspace` is a listing to read, not paths to open."
     )
+    hints.reading = "text = open('files/archive.txt').read()"
+    told = hints.hint("", "FileNotFoundError", f"[Errno 2] No such file or directory: {line!r}")
+    assert told is not None and told.endswith(
+        "not paths to open. Do not loop over its lines; open the file by its path, such as:\n"
+        "text = open('files/archive.txt').read()"
+    )
     for missing in ("archive.txt", "files/order.csv"):
         told = hints.hint("", "FileNotFoundError", f"[Errno 2] No such file or directory: {missing!r}")
         assert told is not None and told.startswith(f"[Fleet] There is no file {missing!r}; the input file nearest")

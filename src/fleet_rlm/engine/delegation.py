@@ -290,6 +290,7 @@ class ChildRun:
         self._input_paths = input_paths(entries)
         self.trace.guard.reading = example_read(entries, self.task)
         self.trace.hints.inputs, self.trace.hints.tables = self._input_paths, input_tables(entries)
+        self.trace.hints.reading = self.trace.guard.reading
         inputs = {
             "task": Text(self.task),
             "workspace": Text(model_manifest(entries, self.trace.guard.reading)),

@@ -48,6 +48,8 @@ class FailureHints:
     """The model replies in a JSON object (``lm.structured_output``), so its code is a JSON string."""
     inputs: list[str] = field(default_factory=list)
     """The paths of the input files (under ``files/``)."""
+    reading: str = ""
+    """The example read of the inputs (:func:`~fleet_rlm.workspace.reading.example_read`)."""
     tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """The header of each input table (path to its column names): :func:`~fleet_rlm.workspace.reading.input_tables`."""
 
@@ -77,10 +79,13 @@ class FailureHints:
         within = [path for path in self.inputs if path in missing and path != missing]
         if within:
             path = max(within, key=len)
-            return (
+            told = (
                 f"[Fleet] There is no file {_cut(missing)!r}: the file's path is {path!r}. The rest of its line in "
                 "`workspace` describes it (size, kind, sha256): `workspace` is a listing to read, not paths to open."
             )
+            if repr(path) not in self.reading:
+                return told
+            return f"{told} Do not loop over its lines; open the file by its path, such as:\n{self.reading}"
         named = {path.rsplit("/", 1)[-1]: path for path in self.inputs}
         near = difflib.get_close_matches(missing, self.inputs, n=1) or [
             named[name] for name in difflib.get_close_matches(missing.rsplit("/", 1)[-1], list(named), n=1)

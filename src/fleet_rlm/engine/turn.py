@@ -421,6 +421,7 @@ class Turn:
         self._input_paths = input_paths(entries)
         self.trace.guard.reading = example_read(entries, self.request.task)
         self.trace.hints.inputs, self.trace.hints.tables = self._input_paths, input_tables(entries)
+        self.trace.hints.reading = self.trace.guard.reading
         manifest = model_manifest(entries, self.trace.guard.reading)
         return f"{manifest}\n\n{self.request.kernel}" if self.request.kernel else manifest
 
