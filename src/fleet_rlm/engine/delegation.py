@@ -43,7 +43,6 @@ from fleet_rlm.workspace.hashing import HashingReader
 from fleet_rlm.workspace.layout import ARTIFACTS, FILES, Workspace
 from fleet_rlm.workspace.manifest import build_manifest
 from fleet_rlm.workspace.paths import PathEscapeError, split_rel
-from fleet_rlm.workspace.reading import example_read, input_paths, input_tables, model_manifest
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE, SafeTree, Skipped, UnsafeEntry
 
 CHILDREN_DIR = "children"
@@ -172,7 +171,6 @@ class ChildRun:
         self.parent_workspace = parent_workspace
         self.span = new_id("span")
         self.sandboxes: list[Sandbox] = []
-        self._input_paths: list[str] = []
         self.usage = TurnUsage(parent=delegation.budget.usage)
         self.trace = TurnTrace(
             delegation.emitter,
@@ -235,7 +233,9 @@ class ChildRun:
             return _result(self.child_id, outcome["status"], error=outcome["error"], answer=outcome.get("answer"))
         artifacts, provenance = self._promote(workspace)
         extracted = self.trace.extracted
-        unread_reason = None if extracted else unread_inputs_reason(self.task, self._input_paths, self.trace.codes)
+        unread_reason = (
+            None if extracted else unread_inputs_reason(self.task, self.trace.hints.inputs, self.trace.codes)
+        )
         return _result(
             self.child_id,
             "completed",
@@ -286,14 +286,9 @@ class ChildRun:
             skills=self.delegation.skills.listing,
             recovery=self.trace.recovery(),
         )
-        entries = build_manifest(workspace)
-        self._input_paths = input_paths(entries)
-        self.trace.guard.reading = example_read(entries, self.task)
-        self.trace.hints.inputs, self.trace.hints.tables = self._input_paths, input_tables(entries)
-        self.trace.hints.reading = self.trace.guard.reading
         inputs = {
             "task": Text(self.task),
-            "workspace": Text(model_manifest(entries, self.trace.guard.reading)),
+            "workspace": Text(self.trace.shown_inputs(build_manifest(workspace), self.task)),
             "history": Text(self.context or "(no context from the parent agent)"),
         }
         root = MeteredLM(self.delegation.lm, budget, f"child:{self.child_id}", streaming=False)

@@ -9,7 +9,7 @@ sandbox when its worker crashes (:mod:`fleet_rlm.engine.restart`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dspy.primitives import CodeExecutionError
@@ -48,6 +48,8 @@ from fleet_rlm.sandbox.base import (
     SandboxFactory,
     SandboxSpec,
 )
+from fleet_rlm.workspace.manifest import ManifestEntry
+from fleet_rlm.workspace.reading import example_read, input_paths, input_tables, model_manifest
 from fleet_rlm.workspace.tree import SafeTree
 
 PREVIEW_CHARS = 200
@@ -94,6 +96,15 @@ class TurnTrace:
         may be used later); what the turn checks its answer's use of the inputs against."""
         self.lock = threading.Lock()
         self._skipped_told: set[str] = set()
+
+    def shown_inputs(self, entries: Sequence[ManifestEntry], task: str) -> str:
+        """The manifest of ``entries`` as the loop's model sees it (:func:`model_manifest`), after telling the
+        guard and the hints what the loop's inputs are: the example read for ``task``, the input files and
+        their tables' columns."""
+        read = example_read(entries, task)
+        self.guard.reading = self.hints.reading = read
+        self.hints.inputs, self.hints.tables = input_paths(entries), input_tables(entries)
+        return model_manifest(entries, read)
 
     def emit(self, payload: Payload) -> None:
         """An event about this loop as a whole (its root span)."""

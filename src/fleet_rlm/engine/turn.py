@@ -66,7 +66,6 @@ from fleet_rlm.workspace.copyout import MIB, copyable
 from fleet_rlm.workspace.hashing import hash_copied_out
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.manifest import build_manifest
-from fleet_rlm.workspace.reading import example_read, input_paths, input_tables, model_manifest
 from fleet_rlm.workspace.snapshot import changed_between, snapshot
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
 from fleet_rlm.workspace.walk import stat_file
@@ -224,7 +223,6 @@ class Turn:
         )
         self.trace = TurnTrace(self.emitter, self.max_iterations, guard=LoopGuard.from_settings(budget))
         self._sandboxes: list[Sandbox] = []
-        self._input_paths: list[str] = []
         """The input files (under ``files/``) of the manifest the model was shown."""
         self._stop = threading.Event()
         self._program_done = False
@@ -371,7 +369,7 @@ class Turn:
             TurnStatus.COMPLETED,
             answer,
             answer_source=source,
-            unverified_reason=unread_inputs_reason(self.request.task, self._input_paths, self.trace.codes),
+            unverified_reason=unread_inputs_reason(self.request.task, self.trace.hints.inputs, self.trace.codes),
             evidence=evidence.lines,
         )
 
@@ -417,12 +415,7 @@ class Turn:
         )
 
     def _workspace_text(self) -> str:
-        entries = build_manifest(self.tree)
-        self._input_paths = input_paths(entries)
-        self.trace.guard.reading = example_read(entries, self.request.task)
-        self.trace.hints.inputs, self.trace.hints.tables = self._input_paths, input_tables(entries)
-        self.trace.hints.reading = self.trace.guard.reading
-        manifest = model_manifest(entries, self.trace.guard.reading)
+        manifest = self.trace.shown_inputs(build_manifest(self.tree), self.request.task)
         return f"{manifest}\n\n{self.request.kernel}" if self.request.kernel else manifest
 
     def _task_text(self) -> str:
