@@ -112,8 +112,8 @@ def mistyped_field_message(name: str, expected: str, value: Any) -> str:
 
 def computed_text(value: Any) -> str | None:
     """The text a computed value gives a text field of SUBMIT, or None to refuse it: a figure exactly
-    (numpy's too), a pandas table or series as it prints (``to_string()``, in a fenced block), a numpy array, list, tuple
-    or dict as it prints. Refusing them cost small models the turn: a 1.5B model sent
+    (numpy's too), a pandas table or series as it prints (``to_string()``, in a fenced block), a numpy
+    array, list, tuple or dict as it prints. Refusing them cost small models the turn: a 1.5B model sent
     ``SUBMIT(region_revenue)``, a DataFrame, four times. A bool is not a figure (numpy 1 names its type
     bool_), and a None is explained instead."""
     kind = type(value)

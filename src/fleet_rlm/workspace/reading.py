@@ -28,8 +28,9 @@ _BINARY_READER = ("", "data = open({path}, 'rb').read()")
 _TEXT_LIKE = frozenset({FileKind.TEXT, FileKind.MARKDOWN, FileKind.CODE})
 INPUTS = "files/"
 MAX_READS = 4
-MAX_TABLES = 6
 """Files the example read opens at most, when the task names several."""
+MAX_TABLES = 6
+"""Input tables whose headers :func:`input_tables` gives at most."""
 _NON_WORD = re.compile(r"\W")
 
 
