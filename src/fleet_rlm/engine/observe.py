@@ -48,6 +48,7 @@ from fleet_rlm.sandbox.base import (
     SandboxFactory,
     SandboxSpec,
 )
+from fleet_rlm.sandbox.wrapper import WrapperSandbox
 from fleet_rlm.workspace.manifest import ManifestEntry
 from fleet_rlm.workspace.reading import example_read, input_paths, input_tables, model_manifest
 from fleet_rlm.workspace.tree import SafeTree
@@ -222,7 +223,7 @@ class TurnObserver:
         self.trace.warn(message)
 
 
-class ObservedSandbox:
+class ObservedSandbox(WrapperSandbox):
     """A sandbox as the turn uses it; DSPy sees the same ``CodeInterpreter`` surface.
 
     ``tools`` is what DSPy and Fleet register; the sandbox itself only ever gets the checked
@@ -239,34 +240,24 @@ class ObservedSandbox:
         guard: BridgeGuard,
         restarter: SandboxRestarter | None = None,
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._trace = trace
         self._after_execute = after_execute
         self._guard = guard
         self._restarter = restarter
-        self.tools: dict[str, Callable[..., Any]] = {}
+        self._tools: dict[str, Callable[..., Any]] = {}
 
     @property
-    def output_fields(self) -> list[dict[str, Any]] | None:
-        return self._inner.output_fields
+    def tools(self) -> dict[str, Callable[..., Any]]:
+        """What DSPy and Fleet register, kept here: the wrapped sandbox gets the checked ones."""
+        return self._tools
 
-    @output_fields.setter
-    def output_fields(self, value: list[dict[str, Any]] | None) -> None:
-        self._inner.output_fields = value
-
-    @property
-    def isolated(self) -> bool:
-        return self._inner.isolated
-
-    @property
-    def spec(self) -> SandboxSpec:
-        return self._inner.spec
-
-    def start(self) -> None:
-        self._inner.start()
+    @tools.setter
+    def tools(self, value: dict[str, Callable[..., Any]]) -> None:
+        self._tools = value
 
     def execute(self, code: str, variables: dict[str, Any] | None = None) -> Any:
-        self._inner.tools = self._bridged_tools()
+        self.wrapped.tools = self._bridged_tools()
         trace = self._trace
         own_code = trace.iteration > 0  # DSPy's setup executions come before the first iteration
         if own_code:
@@ -277,13 +268,13 @@ class ObservedSandbox:
             self._restarter.record_setup(code, variables)
         announced = False
         try:
-            result = self._inner.execute(code, variables)
+            result = self.wrapped.execute(code, variables)
         except SandboxCrashed as crash:
             if not own_code or self._restarter is None:
                 raise
             with trace.lock:
                 trace.sandbox_errors += 1
-            self._inner = self._restarter.replace(self._inner, crash, self._bridged_tools)
+            self.wrapped = self._restarter.replace(self.wrapped, crash, self._bridged_tools)
             raise CodeExecutionError(restart_observation(crash)) from crash
         except (CodeExecutionError, SyntaxError) as exc:
             with trace.lock:
@@ -314,16 +305,6 @@ class ObservedSandbox:
 
     def _bridged_tools(self) -> dict[str, Callable[..., Any]]:
         return self._guard.bridge(self.tools)
-
-    @property
-    def usable(self) -> bool:
-        return bool(self._inner.usable)
-
-    def interrupt(self) -> None:
-        self._inner.interrupt()
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
 
 
 def observed_sandboxes(

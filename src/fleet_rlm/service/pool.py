@@ -45,6 +45,7 @@ from fleet_rlm.sandbox.base import (
     WorkspaceFiles,
 )
 from fleet_rlm.sandbox.volume import Volume, remove_volume_directory
+from fleet_rlm.sandbox.wrapper import WrapperSandbox
 from fleet_rlm.service.lanes import ThreadLane, usable_cores
 from fleet_rlm.workspace.layout import Workspace
 from fleet_rlm.workspace.tree import SHARED_DIR_MODE
@@ -90,50 +91,10 @@ class Started:
     labels: dict[str, str]
 
 
-class KeptSandbox:
+class KeptSandbox(WrapperSandbox):
     """The session's kernel as one turn's engine holds it: everything passes through but ``shutdown``,
     which leaves it running for the session's next turn (``dspy.RLM`` shuts down every interpreter it
     is given). A cancel still kills it."""
-
-    def __init__(self, inner: Sandbox) -> None:
-        self._inner = inner
-
-    @property
-    def tools(self) -> dict[str, Callable[..., Any]]:
-        return self._inner.tools
-
-    @tools.setter
-    def tools(self, value: dict[str, Callable[..., Any]]) -> None:
-        self._inner.tools = value
-
-    @property
-    def output_fields(self) -> list[dict[str, Any]] | None:
-        return self._inner.output_fields
-
-    @output_fields.setter
-    def output_fields(self, value: list[dict[str, Any]] | None) -> None:
-        self._inner.output_fields = value
-
-    @property
-    def spec(self) -> SandboxSpec:
-        return self._inner.spec
-
-    @property
-    def isolated(self) -> bool:
-        return self._inner.isolated
-
-    @property
-    def usable(self) -> bool:
-        return self._inner.usable
-
-    def start(self) -> None:
-        self._inner.start()
-
-    def execute(self, code: str, variables: dict[str, Any] | None = None) -> Any:
-        return self._inner.execute(code, variables)
-
-    def interrupt(self) -> None:
-        self._inner.interrupt()
 
     def shutdown(self) -> None:
         return None

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import ast
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from dspy.primitives import FinalOutput
 
 from fleet_rlm.engine.budget import BudgetExceeded, TurnCancelled
 from fleet_rlm.engine.dspy_compat import SandboxLM, adapter_call_origin, adapter_message_call
+from fleet_rlm.sandbox.wrapper import WrapperSandbox
 
 # Tags the value a rewritten trailing expression hands back through SUBMIT.
 _TRAILING_VALUE_KEY = "__fleet_trailing_value__"
@@ -62,7 +63,7 @@ class BridgedLM(SandboxLM):  # type: ignore[misc]
                 raise
 
 
-class ValueReturningSandbox:
+class ValueReturningSandbox(WrapperSandbox):
     """A Fleet sandbox that returns the value of a trailing expression, as DSPy's interpreters do.
 
     Fleet's sandbox prints that value, like a REPL, which is what ``dspy.RLM`` shows the model.
@@ -73,29 +74,11 @@ class ValueReturningSandbox:
     unchanged.
     """
 
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    @property
-    def tools(self) -> dict[str, Callable[..., Any]]:
-        return self._inner.tools  # type: ignore[no-any-return]
-
-    @property
-    def output_fields(self) -> list[dict[str, Any]] | None:
-        return self._inner.output_fields  # type: ignore[no-any-return]
-
-    @output_fields.setter
-    def output_fields(self, value: list[dict[str, Any]] | None) -> None:
-        self._inner.output_fields = value
-
-    def start(self) -> None:
-        self._inner.start()
-
     def execute(self, code: str, variables: dict[str, Any] | None = None) -> Any:
         rewritten = None if self.output_fields is not None else return_trailing_value(code)
         if rewritten is None:
-            return self._inner.execute(code, variables)
-        result = self._inner.execute(rewritten, variables)
+            return self.wrapped.execute(code, variables)
+        result = self.wrapped.execute(rewritten, variables)
         if isinstance(result, FinalOutput):
             output = result.output
             if isinstance(output, dict) and set(output) == {"output"}:
@@ -103,16 +86,6 @@ class ValueReturningSandbox:
                 if isinstance(value, dict) and set(value) == {_TRAILING_VALUE_KEY}:
                     return value[_TRAILING_VALUE_KEY]
         return result
-
-    @property
-    def usable(self) -> bool:
-        return bool(self._inner.usable)
-
-    def interrupt(self) -> None:
-        self._inner.interrupt()
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
 
 
 def return_trailing_value(code: str) -> str | None:
