@@ -2,11 +2,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from fleet_rlm.config import Settings
 from fleet_rlm.models.scripted import ScriptedModelServer
 from fleet_rlm.sandbox.environment import BuildProgress, EnvironmentSpec, ensure_environment
+from fleet_rlm.testing.settings import SettingsFactory, scripted_settings
 
 
 def pytest_sessionstart() -> None:
@@ -30,3 +33,13 @@ def home(tmp_path: Path) -> Path:
     path = tmp_path / "fleet-home"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def make_settings(model_server: ScriptedModelServer, home: Path, settings_defaults: dict[str, Any]) -> SettingsFactory:
+    """Settings on the scripted model: the directory's ``settings_defaults``, then the test's overrides."""
+
+    def make(**overrides: Any) -> Settings:
+        return scripted_settings(model_server, home, **{**settings_defaults, **overrides})
+
+    return make

@@ -1,31 +1,22 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from fleet_rlm.config import Settings
-from fleet_rlm.models.scripted import ScriptedModelServer
-from fleet_rlm.testing.settings import scripted_settings
+from fleet_rlm.testing.settings import SettingsFactory
 from tests.store.databases import database_url, postgres_databases
 
 from .server import RunningServer, server_in_thread
 
 __all__ = ["database_url", "postgres_databases"]
 
-SettingsFactory = Callable[..., Settings]
-
 
 @pytest.fixture
-def make_settings(model_server: ScriptedModelServer, home: Path, database_url: str) -> SettingsFactory:
-    def make(**overrides: Any) -> Settings:
-        values: dict[str, Any] = {"database_url": database_url, "sandbox_pool_size": 1, "sse_heartbeat_seconds": 15}
-        values.update(overrides)
-        return scripted_settings(model_server, home, **values)
-
-    return make
+def settings_defaults(database_url: str) -> dict[str, Any]:
+    """What this directory's ``make_settings`` sets before a test's own overrides."""
+    return {"database_url": database_url, "sandbox_pool_size": 1, "sse_heartbeat_seconds": 15}
 
 
 @pytest.fixture

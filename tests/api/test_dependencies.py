@@ -11,8 +11,8 @@ from starlette import _exception_handler
 from starlette.middleware import errors
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.settings import SettingsFactory
 
-from .conftest import SettingsFactory
 from .server import server_in_thread
 from .test_turns_api import SLOW
 

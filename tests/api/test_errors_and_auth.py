@@ -9,11 +9,10 @@ from pydantic import SecretStr
 from fleet_rlm.api.server import check_bind
 from fleet_rlm.config import ConfigError
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
-from fleet_rlm.testing.settings import scripted_settings
+from fleet_rlm.testing.settings import SettingsFactory, scripted_settings
 from fleet_rlm.testing.sse import event_frames
 from tests.store.databases import PostgresDatabases
 
-from .conftest import SettingsFactory
 from .server import RunningServer, server_in_thread
 
 

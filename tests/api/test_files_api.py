@@ -6,7 +6,8 @@ import io
 import httpx
 import pytest
 
-from .conftest import SettingsFactory
+from fleet_rlm.testing.settings import SettingsFactory
+
 from .server import RunningServer, server_in_thread
 
 CSV = b"region,revenue\nnorth,100\nsouth,80\n"

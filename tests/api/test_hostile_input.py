@@ -12,10 +12,10 @@ import pytest
 
 from fleet_rlm.api.schemas import MAX_INT32
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.settings import SettingsFactory
 from fleet_rlm.testing.sse import event_frames
 
 from .archive_forgery import rewrite
-from .conftest import SettingsFactory
 from .server import RunningServer, server_in_thread
 
 HUGE = "99999999999999999999"

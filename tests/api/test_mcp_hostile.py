@@ -18,8 +18,8 @@ from mcp.shared.exceptions import MCPError
 from pydantic import SecretStr
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.settings import SettingsFactory
 
-from .conftest import SettingsFactory
 from .server import RunningServer, server_in_thread
 
 TOKEN = "mcp-t0ken"

@@ -7,8 +7,8 @@ import pytest
 from pydantic import SecretStr
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.settings import SettingsFactory
 
-from .conftest import SettingsFactory
 from .server import RunningServer, server_in_thread
 
 PROPOSE = "print(remember('north leads revenue', 'summed sales.csv'))\nprint(remember('q3 ended in loss', 'totals'))\nSUBMIT(answer='ok')"

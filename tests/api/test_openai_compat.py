@@ -13,8 +13,8 @@ import pytest
 from pydantic import SecretStr
 
 from fleet_rlm.models.scripted import Reply, ScriptedModelServer, rlm_step
+from fleet_rlm.testing.settings import SettingsFactory
 
-from .conftest import SettingsFactory
 from .server import RunningServer, server_in_thread
 
 TOKEN = "s3cret"

@@ -11,8 +11,8 @@ import pytest
 from pydantic import SecretStr
 
 from fleet_rlm.models.scripted import ScriptedModelServer
+from fleet_rlm.testing.settings import SettingsFactory
 
-from .conftest import SettingsFactory
 from .server import RunningServer, server_in_thread
 
 TOKEN = "t0ken"

@@ -16,8 +16,8 @@ from fleet_rlm.engine.program import FleetTask, ProgramSpec
 from fleet_rlm.models.scripted import ScriptedModelServer, fields_reply, rlm_step
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.store import Database
+from fleet_rlm.testing.settings import SettingsFactory
 
-from .conftest import SettingsFactory
 from .server import server_in_thread
 
 SALES = b"region,revenue\nnorth,100\nsouth,80\nnorth,70\n"

@@ -11,9 +11,9 @@ from httpx_sse import ServerSentEvent
 
 from fleet_rlm.api.sse import wants_event_stream
 from fleet_rlm.models.scripted import Reply, ScriptedModelServer, rlm_step
+from fleet_rlm.testing.settings import SettingsFactory
 from fleet_rlm.testing.sse import event_frames, wire
 
-from .conftest import SettingsFactory
 from .server import RunningServer, server_in_thread
 
 SALES = b"region,quarter,revenue\nnorth,Q1,100\nsouth,Q1,80\nnorth,Q2,70\nsouth,Q2,120\neast,Q2,5\n"

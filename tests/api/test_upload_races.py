@@ -13,8 +13,8 @@ import pytest
 
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.testing.faults import Gate, GatedReader
+from fleet_rlm.testing.settings import SettingsFactory
 
-from .conftest import SettingsFactory
 from .server import server_in_thread
 
 

@@ -3,32 +3,23 @@ are about, so they run on SQLite only (the store's own tests cover PostgreSQL)."
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from fleet_rlm.config import Settings
 from fleet_rlm.models.scripted import ScriptedModelServer
-from fleet_rlm.testing.settings import scripted_settings
-
-SettingsFactory = Callable[..., Settings]
 
 
 @pytest.fixture
-def make_settings(model_server: ScriptedModelServer, home: Path, tmp_path: Path) -> SettingsFactory:
-    def make(**overrides: Any) -> Settings:
-        values: dict[str, Any] = {
-            "database_url": f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}",
-            "sandbox_pool_size": 0,
-            "sse_heartbeat_seconds": 15,
-        }
-        values.update(overrides)
-        return scripted_settings(model_server, home, **values)
-
-    return make
+def settings_defaults(tmp_path: Path) -> dict[str, Any]:
+    """What this directory's ``make_settings`` sets before a test's own overrides."""
+    return {
+        "database_url": f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}",
+        "sandbox_pool_size": 0,
+        "sse_heartbeat_seconds": 15,
+    }
 
 
 def run_turn(http: httpx.Client, session: str, message: str) -> dict[str, Any]:

@@ -9,10 +9,11 @@ import time
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.settings import SettingsFactory
 from tests.api.server import server_in_thread
 from tests.security.test_host_bounds import FLOOD_MB, idle_reply_flood, status_field, thread_named
 
-from .conftest import SettingsFactory, run_turn
+from .conftest import run_turn
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the host's bounds are about a host running as root")
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import httpx
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.settings import SettingsFactory
 from tests.api.server import server_in_thread
 from tests.api.test_crash_recovery import processes_mentioning
 
-from .conftest import SettingsFactory, events_of, root_prompt, run_turn
+from .conftest import events_of, root_prompt, run_turn
 
 DEFINE = """rows = [1, 2, 3]
 label = 'sales'

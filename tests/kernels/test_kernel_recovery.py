@@ -15,10 +15,11 @@ import httpx
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
+from fleet_rlm.testing.settings import SettingsFactory
 from tests.api.server import ServerProcess, server_in_thread
 from tests.api.test_crash_recovery import processes_mentioning
 
-from .conftest import SettingsFactory, events_of, root_prompt, run_turn
+from .conftest import events_of, root_prompt, run_turn
 
 DEFINE = """import json as j
 rows = [1, 2, 3]

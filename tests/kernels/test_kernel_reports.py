@@ -6,9 +6,10 @@ from pathlib import Path
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.testing.cli import run_fleet
+from fleet_rlm.testing.settings import SettingsFactory
 from tests.api.server import free_port, server_in_thread
 
-from .conftest import SettingsFactory, run_turn
+from .conftest import run_turn
 
 GROW = "block = bytearray(64 * 1024 * 1024)\nSUBMIT(answer='ok')"
 

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 from fleet_rlm.models.scripted import Reply, ScriptedModelServer, fields_reply, rlm_step
+from fleet_rlm.testing.settings import SettingsFactory
 from tests.api.server import server_in_thread
 
-from .conftest import SettingsFactory, events_of, root_prompt, run_turn, run_turn_id
+from .conftest import events_of, root_prompt, run_turn, run_turn_id
 
 SALES = b"region,revenue\nnorth,100\nsouth,80\nnorth,70\n"
 LOAD = """import csv, collections

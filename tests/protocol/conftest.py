@@ -1,19 +1,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
 
-from fleet_rlm.config import Settings
-from fleet_rlm.models.scripted import ScriptedModelServer
 from fleet_rlm.protocol.schema import DOCUMENT, validate_event
-from fleet_rlm.testing.settings import scripted_settings
 
-SettingsFactory = Callable[..., Settings]
 PUBLISHED = Draft202012Validator(json.loads(DOCUMENT.read_text(encoding="utf-8")))
 
 
@@ -43,14 +39,10 @@ def sse_frames(lines: Iterable[str]) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture
-def make_settings(model_server: ScriptedModelServer, home: Path, tmp_path: Path) -> SettingsFactory:
-    def make(**overrides: Any) -> Settings:
-        values: dict[str, Any] = {
-            "database_url": f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}",
-            "sandbox_pool_size": 0,
-            "sse_heartbeat_seconds": 0.2,
-        }
-        values.update(overrides)
-        return scripted_settings(model_server, home, **values)
-
-    return make
+def settings_defaults(tmp_path: Path) -> dict[str, Any]:
+    """What this directory's ``make_settings`` sets before a test's own overrides."""
+    return {
+        "database_url": f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}",
+        "sandbox_pool_size": 0,
+        "sse_heartbeat_seconds": 0.2,
+    }

@@ -24,10 +24,11 @@ from fleet_rlm.protocol.events import TERMINAL_TYPES, EventType
 from fleet_rlm.service.runners import this_host
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.store import Database, Store
+from fleet_rlm.testing.settings import SettingsFactory
 from tests.api.server import RunningServer, server_in_thread
 from tests.service.test_lifecycle import a_turn_running_and_one_waiting
 
-from .conftest import SettingsFactory, schema_errors, sse_frames
+from .conftest import schema_errors, sse_frames
 
 E = EventType
 SLOW = "print('started', flush=True)\nimport time\ntime.sleep(30)\nSUBMIT(answer='too late')"

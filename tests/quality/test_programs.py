@@ -21,8 +21,7 @@ from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Conflict, Database, Invalid, NotFound
 from fleet_rlm.store.tables import ProgramRow
 from fleet_rlm.testing.cli import run_fleet, scripted_env
-
-from .conftest import SettingsFactory
+from fleet_rlm.testing.settings import SettingsFactory
 
 pytestmark = pytest.mark.anyio
 

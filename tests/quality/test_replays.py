@@ -17,8 +17,9 @@ from fleet_rlm.service.replays import ReplaySnapshot
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Conflict, Database, Invalid, NotFound
+from fleet_rlm.testing.settings import SettingsFactory
 
-from .conftest import SALES, TOTAL_CODE, SettingsFactory, captured_turn
+from .conftest import SALES, TOTAL_CODE, captured_turn
 
 pytestmark = pytest.mark.anyio
 

@@ -16,8 +16,7 @@ from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Database, Store, TurnCommit
 from fleet_rlm.testing.faults import FailingCalls
-
-from .conftest import SettingsFactory
+from fleet_rlm.testing.settings import SettingsFactory
 
 pytestmark = pytest.mark.anyio
 

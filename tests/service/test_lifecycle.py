@@ -24,8 +24,7 @@ from fleet_rlm.service.stored_reads import Read
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Conflict, Database, NotFound, Store, TurnCommit, TurnRecord
 from fleet_rlm.testing.backends import HeldStartBackend
-
-from .conftest import SettingsFactory
+from fleet_rlm.testing.settings import SettingsFactory
 
 pytestmark = pytest.mark.anyio
 

@@ -14,8 +14,7 @@ from fleet_rlm.service.memory import render_memories
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Database, MemoryRecord
-
-from .conftest import SettingsFactory
+from fleet_rlm.testing.settings import SettingsFactory
 
 pytestmark = pytest.mark.anyio
 

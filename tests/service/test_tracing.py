@@ -26,11 +26,9 @@ from fleet_rlm.service.tracing import OtelBackend, TurnTracer
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Database, TurnRecord
 from fleet_rlm.testing.otlp import OtlpReceiver
-from fleet_rlm.testing.settings import scripted_settings
+from fleet_rlm.testing.settings import SettingsFactory, scripted_settings
 from tests.api.server import server_in_thread
 from tests.clients.terminal.test_actions import Chat
-
-from .conftest import SettingsFactory
 
 pytestmark = pytest.mark.anyio
 

@@ -15,8 +15,7 @@ from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.service.worker import TurnWorker
 from fleet_rlm.store import Claimed, Database, Store
-
-from .conftest import SettingsFactory
+from fleet_rlm.testing.settings import SettingsFactory
 
 pytestmark = pytest.mark.anyio
 

@@ -13,8 +13,7 @@ from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Database
 from fleet_rlm.testing.backends import SeamRecordingBackend
-
-from .conftest import SettingsFactory
+from fleet_rlm.testing.settings import SettingsFactory
 
 pytestmark = pytest.mark.anyio
 

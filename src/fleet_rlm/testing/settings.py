@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,3 +32,7 @@ def scripted_settings(server: ScriptedModelServer, home: Path, **overrides: Any)
     values.update(overrides)
     # model_validate skips the environment, .env and fleet.toml sources: tests see only these values.
     return Settings.model_validate(values)
+
+
+SettingsFactory = Callable[..., Settings]
+"""What the tests' ``make_settings`` fixture is: scripted settings, with a test's overrides as keywords."""
