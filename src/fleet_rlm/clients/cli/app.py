@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,6 +16,7 @@ from fleet_rlm.clients.cli import sessions as sessions_cli
 from fleet_rlm.clients.cli import skills as skills_cli
 from fleet_rlm.clients.cli import worker as worker_cli
 from fleet_rlm.clients.cli.chat import chat_command
+from fleet_rlm.clients.cli.exit_codes import EXIT_CONFIG, fail
 from fleet_rlm.clients.cli.optimize import optimize_command
 from fleet_rlm.clients.cli.web import web_command
 from fleet_rlm.config import ConfigError, load_settings, require_model
@@ -34,13 +34,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-EXIT_CONFIG = 2
-
-
-def fail(message: str, code: int = EXIT_CONFIG) -> typer.Exit:
-    print(f"fleet: error: {message}", file=sys.stderr)
-    return typer.Exit(code)
 
 
 @app.command()
@@ -70,7 +63,7 @@ def run(
 
         for path in file or []:
             if not path.is_file():
-                raise fail(f"--file {path}: no such file")
+                raise fail(f"--file {path}: no such file", EXIT_CONFIG)
         raise typer.Exit(
             run_remote(
                 url,
@@ -99,10 +92,10 @@ def run(
         require_model(settings.lm)
         configured_backend_class(settings)
     except ConfigError as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc), EXIT_CONFIG) from None
     for path in file or []:
         if not path.is_file():
-            raise fail(f"--file {path}: no such file")
+            raise fail(f"--file {path}: no such file", EXIT_CONFIG)
     from fleet_rlm.clients.cli.run import run_local
 
     code = run_local(

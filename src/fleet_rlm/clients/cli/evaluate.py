@@ -5,10 +5,7 @@ Works on the local database and data directory (embedded defaults, or ``FLEET_DA
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -17,7 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fleet_rlm.config import ConfigError, load_settings
+from fleet_rlm.clients.cli.exit_codes import fail
+from fleet_rlm.clients.cli.local_service import with_local_service
 
 if TYPE_CHECKING:
     from fleet_rlm.service.service import FleetService
@@ -26,35 +24,6 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Label captured turns, manage labels, and replay them as an evaluation.", no_args_is_help=True)
 T = TypeVar("T")
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-
-def fail(message: str, code: int = 1) -> typer.Exit:
-    print(f"fleet: error: {message}", file=sys.stderr)
-    return typer.Exit(code)
-
-
-def local(action: Callable[[FleetService], Awaitable[T]], *, run_turns: bool = False) -> T:
-    from fleet_rlm.service.service import FleetService
-    from fleet_rlm.store import StoreError
-
-    try:
-        service = FleetService(load_settings(), serves_queue=False)  # it runs its own turns, no one else's
-    except ConfigError as exc:
-        raise fail(str(exc), 2) from None
-
-    async def run() -> T:
-        await service.start(run_turns=run_turns)
-        try:
-            return await action(service)
-        finally:
-            await service.stop()
-
-    try:
-        return asyncio.run(run())
-    except StoreError as exc:
-        raise fail(exc.message) from None
-    except ConfigError as exc:
-        raise fail(str(exc), 2) from None
 
 
 def label_json(label: LabelRecord) -> dict[str, Any]:
@@ -101,7 +70,7 @@ def label(
         )
         return label_json(record)
 
-    created = local(action)
+    created = with_local_service(action)
     print(f"labeled {created['turn_id']} as {created['id']} (group {created['group']})")
 
 
@@ -116,7 +85,7 @@ def list_labels(
         session_id = (await service.get_session(session)).id if session else None
         return [label_json(r) for r in await service.store.list_labels(session_id=session_id)]
 
-    rows = local(action)
+    rows = with_local_service(action)
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -141,7 +110,7 @@ def remove_label(label_ref: Annotated[str, typer.Argument(help="Label id, or the
     async def action(service: FleetService) -> str:
         return (await service.store.delete_label(label_ref)).id
 
-    print(f"removed {local(action)}")
+    print(f"removed {with_local_service(action)}")
 
 
 @app.command("run")
@@ -172,7 +141,7 @@ def run_eval(
             )
         return report, report.write(reports_dir(service.settings, report.run_id))
 
-    report, (json_path, md_path) = local(action, run_turns=True)
+    report, (json_path, md_path) = with_local_service(action, run_turns=True)
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
     else:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+import typer
+
 from fleet_rlm.protocol.status import TurnStatus
 
 EXIT_OK = 0
@@ -27,3 +29,9 @@ def exit_code_for(status: TurnStatus, *, unverified: bool = False, reason: str |
     if status is TurnStatus.INCOMPLETE:
         return EXIT_INCOMPLETE
     return EXIT_CANCELLED if status is TurnStatus.CANCELLED else EXIT_FAILED
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
+    """Print ``message`` as the command's error and return the exit to raise with ``code``."""
+    print(f"fleet: error: {message}", file=sys.stderr)
+    return typer.Exit(code)

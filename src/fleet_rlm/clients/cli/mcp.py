@@ -10,12 +10,8 @@ import asyncio
 import logging
 import sys
 
-import typer
-
+from fleet_rlm.clients.cli.exit_codes import EXIT_CONFIG, EXIT_FAILED, fail
 from fleet_rlm.config import ConfigError, load_settings
-
-EXIT_FAILED = 1
-EXIT_CONFIG = 2
 
 
 def mcp_command() -> None:
@@ -27,8 +23,7 @@ def mcp_command() -> None:
     try:
         settings = load_settings()
     except ConfigError as exc:
-        print(f"fleet: error: {exc}", file=sys.stderr)
-        raise typer.Exit(EXIT_CONFIG) from None
+        raise fail(str(exc), EXIT_CONFIG) from None
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 
     async def run() -> None:
@@ -42,7 +37,6 @@ def mcp_command() -> None:
     try:
         asyncio.run(run())
     except SandboxUnavailable as exc:
-        print(f"fleet: error: {exc}", file=sys.stderr)
-        raise typer.Exit(EXIT_FAILED) from None
+        raise fail(str(exc), EXIT_FAILED) from None
     except KeyboardInterrupt:
         pass

@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fleet_rlm.clients.cli.evaluate import fail, local
+from fleet_rlm.clients.cli.exit_codes import fail
+from fleet_rlm.clients.cli.local_service import with_local_service
 
 if TYPE_CHECKING:
     from fleet_rlm.service.service import FleetService
@@ -42,7 +43,7 @@ def optimize_command(
         async def approving(service: FleetService) -> str:
             return (await approve(service, approve_version)).version
 
-        console.print(f"approved {local(approving)}: it serves from the next turn")
+        console.print(f"approved {with_local_service(approving)}: it serves from the next turn")
         return
     if list_programs:
         _list(console, as_json)
@@ -55,7 +56,7 @@ def optimize_command(
             retired = await service.store.retire_active_program()
             return retired.version, (await served_program(service.store)).version
 
-        retired, serving = local(rolling_back)
+        retired, serving = with_local_service(rolling_back)
         console.print(f"retired {retired}; {serving} serves from the next turn")
         return
     _search(console, session, gepa_budget, max_metric_calls, as_json)
@@ -67,7 +68,7 @@ def _search(console: Console, session: str | None, budget: str | None, calls: in
     async def searching(service: FleetService) -> Any:
         return await optimize(service, session=session, gepa_budget=budget, max_metric_calls=calls)
 
-    run = local(searching, run_turns=True)
+    run = with_local_service(searching, run_turns=True)
     report = run.program.report
     if as_json:
         print(json.dumps(report, indent=2))
@@ -104,7 +105,7 @@ def _list(console: Console, as_json: bool) -> None:
         ]
         return rows, serving
 
-    rows, serving = local(listing)
+    rows, serving = with_local_service(listing)
     if as_json:
         print(json.dumps({"serving": serving, "programs": rows}, indent=2))
         return

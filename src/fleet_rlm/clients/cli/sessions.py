@@ -7,10 +7,8 @@ same either way.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -19,7 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from fleet_rlm.api.client import ApiFailure, FleetClient
-from fleet_rlm.config import ConfigError, load_settings
+from fleet_rlm.clients.cli.exit_codes import fail
+from fleet_rlm.clients.cli.local_service import with_local_service
 
 if TYPE_CHECKING:  # the service and schemas load DSPy and SQLAlchemy: only commands that run pay for them
     from fleet_rlm.service.service import FleetService
@@ -35,41 +34,14 @@ TokenOption = Annotated[str | None, typer.Option("--token", envvar="FLEET_API_TO
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    print(f"fleet: error: {message}", file=sys.stderr)
-    return typer.Exit(code)
-
-
-def _local(action: Callable[[FleetService], Awaitable[T]]) -> T:
-    from fleet_rlm.service.service import FleetService
-    from fleet_rlm.store import StoreError
-
-    try:
-        service = FleetService(load_settings())
-    except ConfigError as exc:
-        raise _fail(str(exc), 2) from None
-
-    async def run() -> T:
-        await service.start(run_turns=False)
-        try:
-            return await action(service)
-        finally:
-            await service.stop()
-
-    try:
-        return asyncio.run(run())
-    except StoreError as exc:
-        raise _fail(exc.message) from None
-
-
 def _remote(url: str, token: str | None, action: Callable[[FleetClient], T]) -> T:
     try:
         with FleetClient(url, token=token) as client:
             return action(client)
     except ApiFailure as exc:
-        raise _fail(exc.message) from None
+        raise fail(exc.message) from None
     except OSError as exc:
-        raise _fail(f"cannot reach {url}: {exc}") from None
+        raise fail(f"cannot reach {url}: {exc}") from None
 
 
 def _session_json(record: Any) -> dict[str, Any]:
@@ -85,7 +57,7 @@ def list_sessions(url: UrlOption = None, token: TokenOption = None, as_json: Jso
     async def local(service: FleetService) -> list[dict[str, Any]]:
         return [_session_json(r) for r in await service.list_sessions(limit=10_000)]
 
-    rows = _remote(url, token, lambda c: c.sessions()) if url else _local(local)
+    rows = _remote(url, token, lambda c: c.sessions()) if url else with_local_service(local)
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -119,7 +91,7 @@ def show_session(
     def remote(client: FleetClient) -> dict[str, Any]:
         return {**client.session(session), "turns": client.turns(session), "files": client.files(session)}
 
-    shown = _remote(url, token, remote) if url else _local(local)
+    shown = _remote(url, token, remote) if url else with_local_service(local)
     if as_json:
         print(json.dumps(shown, indent=2))
         return
@@ -158,7 +130,7 @@ def remove_session(
         client.delete_session(session)
         return session_id
 
-    deleted = _remote(url, token, remote) if url else _local(local)
+    deleted = _remote(url, token, remote) if url else with_local_service(local)
     print(f"deleted {deleted}")
 
 
@@ -183,7 +155,7 @@ def export_session(
         if url:
             _remote(url, token, lambda c: c.export_session(session, partial))
         else:
-            _local(local)
+            with_local_service(local)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
@@ -206,5 +178,5 @@ def import_session(
         with archive.open("rb") as handle:
             return _session_json(await service.import_session(handle, name=name))
 
-    created = _remote(url, token, lambda c: c.import_session(archive, name=name)) if url else _local(local)
+    created = _remote(url, token, lambda c: c.import_session(archive, name=name)) if url else with_local_service(local)
     print(f"imported {archive} as {created['id']}" + (f" ({created['name']})" if created.get("name") else ""))

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fleet_rlm.clients.cli.exit_codes import fail
 from fleet_rlm.skills import (
     Catalog,
     Skill,
@@ -26,11 +27,6 @@ app = typer.Typer(
     help="List, show and add skills: guidance and helper code the model reads in its sandbox.", no_args_is_help=True
 )
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    print(f"fleet: error: {message}", file=sys.stderr)
-    return typer.Exit(code)
 
 
 def _warn_problems(catalog: Catalog) -> None:
@@ -87,11 +83,11 @@ def show(name: Annotated[str, typer.Argument(help="The skill's name, as `fleet s
     skill = catalog.get(name)
     if skill is None:
         _warn_problems(catalog)
-        raise _fail(f"no skill named {name!r}; `fleet skills ls` lists them")
+        raise fail(f"no skill named {name!r}; `fleet skills ls` lists them")
     try:
         text = skill.read("SKILL.md").decode("utf-8")
     except (OSError, ValueError) as exc:
-        raise _fail(f"{skill.folder / 'SKILL.md'}: cannot be read: {exc}") from None
+        raise fail(f"{skill.folder / 'SKILL.md'}: cannot be read: {exc}") from None
     print(f"# {skill.name} ({skill.source}): {skill.folder}\n")
     print(text.rstrip("\n"))
     print("\nFiles (in the sandbox under skills/" + skill.name + "/):")
@@ -111,15 +107,15 @@ def add(
     source = SkillSource.PROJECT if project else SkillSource.USER
     destination = next((directory.path for directory in skill_dirs() if directory.source is source), None)
     if destination is None:
-        raise _fail("the current directory no longer exists: there is no project to add the skill to")
+        raise fail("the current directory no longer exists: there is no project to add the skill to")
     try:
         skill = add_skill(path, destination, source, replace=force)
     except SkillFormatError as exc:
-        raise _fail(f"not a usable skill: {exc}") from None
+        raise fail(f"not a usable skill: {exc}") from None
     except SkillExists as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     except OSError as exc:
-        raise _fail(f"cannot copy {path} to {destination}: {exc}") from None
+        raise fail(f"cannot copy {path} to {destination}: {exc}") from None
     print(f"added {source} skill {skill.name!r}: {skill.folder}")
     catalog = discover()
     winner = catalog.get(skill.name)

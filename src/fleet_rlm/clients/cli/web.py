@@ -13,9 +13,6 @@ from typing import Annotated
 
 import typer
 
-EXIT_UNREACHABLE = 1
-EXIT_CONFIG = 2
-
 
 def web_command(
     url: Annotated[
@@ -29,27 +26,9 @@ def web_command(
     """Open the web workbench; starts a local server if none runs (kept until Ctrl-C)."""
     from rich.console import Console
 
-    from fleet_rlm.clients.terminal.server import ConnectError, connect
-    from fleet_rlm.config import ConfigError, load_settings
+    from fleet_rlm.clients.cli.local_server import connect_or_exit
 
-    try:
-        settings = load_settings()
-    except ConfigError as exc:
-        print(f"fleet: error: {exc}", file=sys.stderr)
-        raise typer.Exit(EXIT_CONFIG) from None
-    console = Console(highlight=False, stderr=True)
-    if url is None:
-        from fleet_rlm.clients.cli.preparing import prepare_local_environment
-
-        failed = prepare_local_environment(settings, console)
-        if failed:
-            print(f"fleet: error: {failed}", file=sys.stderr)
-            raise typer.Exit(EXIT_UNREACHABLE)
-    try:
-        connection = connect(settings, url)
-    except ConnectError as exc:
-        print(f"fleet: error: {exc}", file=sys.stderr)
-        raise typer.Exit(EXIT_UNREACHABLE) from None
+    _, connection = connect_or_exit(url, Console(highlight=False, stderr=True))
     page = connection.url + "/"
     print(f"Fleet web UI: {page}", flush=True)
     if open_browser and not webbrowser.open(page):

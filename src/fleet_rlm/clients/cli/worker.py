@@ -11,10 +11,8 @@ from typing import Annotated
 
 import typer
 
+from fleet_rlm.clients.cli.exit_codes import EXIT_CONFIG, EXIT_FAILED, fail
 from fleet_rlm.config import ConfigError, load_settings
-
-EXIT_FAILED = 1
-EXIT_CONFIG = 2
 
 
 def worker_command(
@@ -39,13 +37,11 @@ def worker_command(
         check_worker_database(Database.from_settings(settings))
         backend = configured_backend(settings)
     except ConfigError as exc:
-        print(f"fleet: error: {exc}", file=sys.stderr)
-        raise typer.Exit(EXIT_CONFIG) from None
+        raise fail(str(exc), EXIT_CONFIG) from None
     try:
         prepare_backend(backend, Console(highlight=False, stderr=True))
     except SandboxUnavailable as exc:
-        print(f"fleet: error: {exc}", file=sys.stderr)
-        raise typer.Exit(EXIT_FAILED) from None
+        raise fail(str(exc), EXIT_FAILED) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if processes > 1:
         raise typer.Exit(_run_children(processes))

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 from fleet_rlm.api.client import ApiFailure
+from fleet_rlm.clients.cli.exit_codes import EXIT_CONFIG
 from fleet_rlm.clients.terminal.actions import (
     ChatState,
     Quit,
@@ -32,8 +33,6 @@ from fleet_rlm.clients.terminal.prompt import make_prompt
 from fleet_rlm.clients.terminal.server import Connection
 from fleet_rlm.clients.terminal.stream import QuitRequested, StreamLost
 from fleet_rlm.config import Settings
-
-EXIT_CONFIG = 2
 
 
 def _prompt_text(state: ChatState) -> HTML:
