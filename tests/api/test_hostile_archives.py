@@ -136,6 +136,11 @@ FORGED_EVENTS: dict[str, tuple[str, object, str]] = {
     "a time that is text": ("ts", "yesterday", "events/1.jsonl[0].ts: Input should be a valid number"),
     "data that is not an object": ("data", "text", "events/1.jsonl[0].data: Input should be a valid dictionary"),
     "a heartbeat": ("type", "heartbeat", "events/1.jsonl[0].type: a heartbeat is never stored"),
+    "data that breaks its event's payload": (
+        "data",
+        {"task": 7},
+        "events/1.jsonl[0].data: turn.started event data does not match the protocol: schema: Field required",
+    ),
 }
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
 from fleet_rlm.engine.emitter import EventEmitter
-from fleet_rlm.protocol.events import SCHEMA_VERSION, TERMINAL_TYPES, Event, EventType
+from fleet_rlm.protocol.events import SCHEMA_VERSION, TERMINAL_TYPES, Event, EventDataError, EventType
 from fleet_rlm.protocol.ids import is_session_id, new_session_id
 from fleet_rlm.protocol.payloads import (
     PAYLOAD_OF,
@@ -101,3 +103,31 @@ def test_statuses_are_active_or_final_and_each_final_one_has_its_terminal_event(
 def test_session_ids_are_told_apart_from_names() -> None:
     assert is_session_id(new_session_id())
     assert not is_session_id("sales-2024")
+
+
+def test_an_event_read_from_the_wire_gives_its_typed_payload_equal_to_the_emitted_one() -> None:
+    sent = TurnStarted(
+        schema_version=SCHEMA_VERSION,
+        task="t",
+        context_paths=["files/a.csv"],
+        mode="hybrid",
+        sandbox=SandboxInfo(backend="local", isolated=True),
+        budget=TurnLimits(max_iterations=3, max_model_calls=9, turn_timeout=60.0, execution_timeout=20.0),
+    )
+    events: list[Event] = []
+    EventEmitter("turn_1", events.append).emit(sent)
+    assert events[0].payload is sent, "an emitted event carries its payload, never parsed again"
+
+    read = Event.from_dict(json.loads(json.dumps(events[0].to_dict())))
+
+    assert read.payload == sent
+    assert isinstance(read.payload, TurnStarted) and read.payload.budget.max_iterations == 3
+
+
+def test_event_data_that_breaks_the_protocol_is_refused_at_the_edge_naming_the_field() -> None:
+    raw = {"type": "tool.finished", "seq": 1, "turn_id": "turn_1", "ts": 1.0, "span_id": "s", "parent_span_id": None}
+
+    with pytest.raises(EventDataError, match=r"tool\.finished event data .*duration"):
+        Event.from_dict({**raw, "data": {"call_id": "c", "name": "llm_query", "duration": "slow", "error": None}})
+    with pytest.raises(EventDataError, match=r"tool\.finished event data .*call_id: Field required"):
+        Event.from_dict({**raw, "data": {"name": "llm_query", "duration": 1.0, "error": None}})

@@ -116,6 +116,7 @@ async def test_a_turn_is_one_span_tree_with_iterations_model_calls_code_tools_an
     execution = next(s for s in inside_first if s.name == "execute_code")
     assert execution.status.status_code is StatusCode.ERROR
     assert (execution.attributes or {})["error.type"] == "ZeroDivisionError"
+    assert "division by zero" in (execution.status.description or ""), "the span says the error's message"
     assert (chat.end_time or 0) <= (execution.start_time or 0)
     tool = next(s for s in inside_first if s.name.startswith("execute_tool "))
     assert (tool.attributes or {})["gen_ai.operation.name"] == "execute_tool"

@@ -69,6 +69,14 @@ class StreamEnded(ApiFailure):
         super().__init__(0, "stream_ended", f"the event stream of turn {turn_id} ended before the turn did")
 
 
+class UnreadableEvent(ApiFailure):
+    """The server sent an event that breaks the event protocol (a server of another version, or a proxy
+    that rewrote the stream); the message names the event and what is wrong with it."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(0, "unreadable_event", f"the server sent an event this client cannot read: {problem}")
+
+
 class UnusableLocation(ApiFailure):
     """The server accepted a turn but its ``Location`` header names no turn, so the client cannot follow it."""
 
@@ -93,7 +101,10 @@ def _read_events(source: EventSource) -> Generator[Event, None, None]:
     for frame in source.iter_sse():
         if not frame.data or frame.event == EventType.HEARTBEAT.value:
             continue
-        event = Event.from_dict(frame.json())
+        try:
+            event = Event.from_dict(frame.json())
+        except (ValueError, KeyError, TypeError) as exc:  # EventDataError is a ValueError; so is bad JSON
+            raise UnreadableEvent(str(exc) if not isinstance(exc, KeyError) else f"no {exc} field") from None
         yield event
         if event.terminal:
             return

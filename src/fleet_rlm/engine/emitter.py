@@ -31,22 +31,19 @@ class EventEmitter:
 
     def emit(self, payload: Payload, *, span_id: str | None = None, parent_span_id: str | None = None) -> Event | None:
         """Emit the event ``payload`` is the data of (its class names the type)."""
-        type = payload.event_type
-        data = payload.to_data()
         with self._lock:
             if self._closed:
                 return None
-            if type in TERMINAL_TYPES:
+            if payload.event_type in TERMINAL_TYPES:
                 self._closed = True
             is_root = span_id is None and parent_span_id is None
-            event = Event(
-                type=type,
+            event = Event.carrying(
+                payload,
                 seq=next(self._seq),
                 turn_id=self.turn_id,
                 ts=time.time(),
                 span_id=span_id or self.root_span,
                 parent_span_id=None if is_root else (parent_span_id or self.root_span),
-                data=data,
             )
             for sink in self._sinks:
                 sink(event)

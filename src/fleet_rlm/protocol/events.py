@@ -12,7 +12,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fleet_rlm.protocol.payloads import Payload
 
 SCHEMA_VERSION = 5
 
@@ -76,6 +80,25 @@ class Event:
     def terminal(self) -> bool:
         return self.type in TERMINAL_TYPES
 
+    @cached_property
+    def payload(self) -> Payload:
+        """``data`` as its event type's payload model, parsed once: what consumers match on by class.
+
+        Raises :class:`EventDataError` when ``data`` breaks the protocol (a heartbeat has none).
+        """
+        from fleet_rlm.protocol.payloads import parsed_payload
+
+        return parsed_payload(self.type, self.data)
+
+    @classmethod
+    def carrying(
+        cls, payload: Payload, *, seq: int, turn_id: str, ts: float, span_id: str, parent_span_id: str | None
+    ) -> Event:
+        """The event whose data is ``payload``; its ``payload`` is that object, never parsed again."""
+        event = cls(payload.event_type, seq, turn_id, ts, span_id, parent_span_id, payload.to_data())
+        event.__dict__["payload"] = payload  # what cached_property would store
+        return event
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "type": self.type.value,
@@ -89,7 +112,9 @@ class Event:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Event:
-        return cls(
+        """The event as the wire gives it (an SSE frame, a JSONL line), its payload parsed here: data
+        that breaks the protocol raises :class:`EventDataError` at the edge, not in a consumer."""
+        event = cls(
             type=EventType(raw["type"]),
             seq=int(raw["seq"]),
             turn_id=str(raw["turn_id"]),
@@ -98,6 +123,13 @@ class Event:
             parent_span_id=raw.get("parent_span_id"),
             data=dict(raw.get("data") or {}),
         )
+        if event.type is not EventType.HEARTBEAT:
+            _ = event.payload
+        return event
+
+
+class EventDataError(ValueError):
+    """An event's data does not match its type's payload; the message names the type and the fields."""
 
 
 EventSink = Callable[[Event], None]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fleet_rlm.protocol.events import EventType
+from fleet_rlm.protocol.events import EventDataError, EventType
 from fleet_rlm.protocol.routes import Mode, Route
 from fleet_rlm.protocol.status import AnswerSource, ChildOutcome, TurnStatus
 
@@ -413,6 +413,18 @@ PAYLOADS: tuple[type[Payload], ...] = (
 """Every event type but ``heartbeat`` (sent by servers only, no payload)."""
 
 PAYLOAD_OF: dict[EventType, type[Payload]] = {payload.event_type: payload for payload in PAYLOADS}
+
+
+def parsed_payload(type: EventType, data: dict[str, Any]) -> Payload:
+    """``data`` of an event of ``type`` (as JSON gives it: enums as their values) as its payload model."""
+    model = PAYLOAD_OF.get(type)
+    if model is None:
+        raise EventDataError(f"a {type.value} event carries no data")
+    try:
+        return model.model_validate(data, strict=False)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, error['loc'])) or 'data'}: {error['msg']}" for error in exc.errors())
+        raise EventDataError(f"{type.value} event data does not match the protocol: {problems}") from None
 
 
 def terminal_payload(status: TurnStatus, **fields: Any) -> Payload:

@@ -26,7 +26,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from fleet_rlm.protocol.events import EventType
+from fleet_rlm.protocol.events import EventDataError, EventType
+from fleet_rlm.protocol.payloads import parsed_payload
 from fleet_rlm.protocol.status import FINAL_STATUSES, AnswerSource, TurnStatus
 from fleet_rlm.service.files import ORIGIN_OF_DIR, clean_path, input_path, is_media_type, stored_path
 from fleet_rlm.service.memory import MAX_WHY_CHARS, check_text
@@ -209,13 +210,25 @@ class ArchivedEvent(_Archived):
     ts: Annotated[float, Field(strict=True, allow_inf_nan=False)]
     span_id: Annotated[str, Field(strict=True, max_length=MAX_SPAN_ID)]
     parent_span_id: Annotated[str, Field(strict=True, max_length=MAX_SPAN_ID)] | None = None
-    data: Object = {}
+    data: Annotated[Object, Field(validate_default=True)] = {}
 
     @field_validator("type")
     @classmethod
     def _stored_kind(cls, value: EventType) -> EventType:
         if value is EventType.HEARTBEAT:
             raise _refuse("a heartbeat is never stored")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _protocol_data(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """The data must be its event type's payload, as every reader of the stored turn parses it."""
+        kind = info.data.get("type")
+        if isinstance(kind, EventType):
+            try:
+                parsed_payload(kind, value)
+            except EventDataError as exc:
+                raise _refuse(str(exc)) from None
         return value
 
 

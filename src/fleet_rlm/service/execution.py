@@ -262,14 +262,13 @@ class TurnExecution:
         for offset, message in enumerate(messages):
             payload = TurnWarning(message=message)
             self._late.append(
-                Event(
-                    type=payload.event_type,
+                Event.carrying(
+                    payload,
                     seq=first + offset,
                     turn_id=self.turn_id,
                     ts=time.time(),
                     span_id=self._root_span,
                     parent_span_id=None,
-                    data=payload.to_data(),
                 )
             )
         self._last_seq = first + len(messages) - 1
@@ -297,14 +296,13 @@ class TurnExecution:
             mode=self._mode,
             limits=turn_limits(plan.settings, **self._asked_limits),
         )
-        started = Event(
-            type=payload.event_type,
+        started = Event.carrying(
+            payload,
             seq=self._last_seq + 1,  # its first
             turn_id=self.turn_id,
             ts=time.time(),
             span_id=self._root_span,
             parent_span_id=None,
-            data=payload.to_data(),
         )
         marked: Started | None = None
         try:
@@ -410,15 +408,14 @@ class TurnExecution:
 
     def _own_terminal(self, outcome: TurnOutcome) -> Event:
         payload = outcome.terminal_payload()
-        return Event(
-            type=payload.event_type,
+        return Event.carrying(
+            payload,
             # Replaces the engine's own terminal event, if any (never published), in its place.
             seq=self._terminal.seq if self._terminal is not None else self._last_seq + 1,
             turn_id=self.turn_id,
             ts=time.time(),
             span_id=self._root_span,
             parent_span_id=None,
-            data=payload.to_data(),
         )
 
     async def _finish_with_retries(self, end: TurnEnd) -> None:

@@ -26,7 +26,30 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from fleet_rlm.config import Settings
-from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.protocol.events import Event
+from fleet_rlm.protocol.payloads import (
+    ArtifactCreated,
+    BudgetExhausted,
+    ChildFinished,
+    ChildStarted,
+    Code,
+    ExecutionFailed,
+    IterationStarted,
+    KernelEvicted,
+    KernelRestored,
+    KernelStarted,
+    Payload,
+    Reasoning,
+    RouteSelected,
+    SandboxRestarted,
+    ToolFinished,
+    ToolStarted,
+    TurnFailed,
+    TurnInterrupted,
+    TurnStarted,
+    TurnWarning,
+    Usage,
+)
 from fleet_rlm.protocol.status import TurnStatus
 
 log = logging.getLogger(__name__)
@@ -34,7 +57,6 @@ log = logging.getLogger(__name__)
 AGENT_NAME = "fleet-rlm"
 SERVICE_NAME = "fleet-rlm"
 SCOPE = "fleet_rlm"
-_FAILED = {EventType.TURN_FAILED, EventType.TURN_INTERRUPTED}
 SpanKindName = Literal["turn", "route", "iteration", "chat", "code", "tool", "child", "other"]
 
 
@@ -141,30 +163,44 @@ class _TurnSpans:
     def observe(self, event: Event) -> None:
         if self.ended:
             return
-        if event.type is EventType.TURN_STARTED:
-            self._start_root(event)
+        payload = event.payload
+        if isinstance(payload, TurnStarted):
+            self._start_root(event, payload)
             return
         if self.root is None:
             return
         if event.span_id not in self.open and event.span_id != self.root:
-            self._open_span(event)
-        handler = _HANDLERS.get(event.type)
-        if handler is not None:
-            handler(self, event)
+            self._open_span(event, payload)
+        match payload:
+            case KernelEvicted() | KernelStarted() | KernelRestored():
+                self._sandbox_ready(event)
+            case RouteSelected():
+                self._route(event, payload)
+            case Reasoning():
+                self._model_reply(event)
+            case Code(code=code):
+                self._code(event, code)
+            case ExecutionFailed(error_type=error_type, message=message):
+                self._execution_failed(event, error_type, message)
+            case ToolFinished(error=error):
+                self._tool_finished(event, error)
+            case ChildFinished():
+                self._child_finished(event, payload)
+            case SandboxRestarted() | ArtifactCreated() | BudgetExhausted() | TurnWarning():
+                self._mark(event, payload)
         if event.terminal:
-            self._end_turn(event)
+            self._end_turn(event, payload)
 
     # Opening ----------------------------------------------------------------------------------
 
-    def _start_root(self, event: Event) -> None:
-        data = event.data
+    def _start_root(self, event: Event, payload: TurnStarted) -> None:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": AGENT_NAME,
             "gen_ai.conversation.id": self.session_id,
             "fleet.turn.id": event.turn_id,
-            "fleet.mode": str(data.get("mode", "")),
-            "fleet.sandbox.backend": str((data.get("sandbox") or {}).get("backend", "")),
+            "fleet.mode": payload.mode,
+            "fleet.sandbox.backend": payload.sandbox.backend,
         }
         if self.model:
             attributes["gen_ai.request.model"] = self.model
@@ -173,14 +209,14 @@ class _TurnSpans:
         self.open[event.span_id] = _Open(span, None, event.ts, "turn")
         self.trace_id = self.backend.trace_id(span)
 
-    def _open_span(self, event: Event) -> None:
+    def _open_span(self, event: Event, payload: Payload) -> None:
         parent_id = event.parent_span_id if event.parent_span_id in self.open else self.root
         assert parent_id is not None
         parent = self.open[parent_id]
-        if event.type is EventType.ITERATION_STARTED:
+        if isinstance(payload, IterationStarted):
             for sibling_id in [k for k, o in self.open.items() if o.parent == parent_id and o.kind == "iteration"]:
                 self._end(sibling_id, event.ts)
-        name, kind, attributes = _describe(event)
+        name, kind, attributes = _describe(event, payload)
         span = self.backend.start(name, kind, parent.span, event.ts, attributes)
         self.open[event.span_id] = _Open(span, parent_id, event.ts, kind)
 
@@ -197,17 +233,16 @@ class _TurnSpans:
         if self.root is not None:
             self.open[self.root].started = event.ts
 
-    def _route(self, event: Event) -> None:
+    def _route(self, event: Event, payload: RouteSelected) -> None:
         assert self.root is not None
         root = self.open[self.root]
-        route = str(event.data.get("route", ""))
-        root.span.set_attributes({"fleet.route": route})
+        root.span.set_attributes({"fleet.route": payload.route})
         span = self._child_span(
             root,
-            f"route {route}",
+            f"route {payload.route}",
             "route",
             root.started,
-            {"fleet.route": route, "fleet.route.reason": str(event.data["reason"])},
+            {"fleet.route": payload.route, "fleet.route.reason": payload.reason},
         )
         span.end(event.ts)
         root.started = event.ts  # a reply at the root (direct, flex) is asked for once the route is chosen
@@ -224,55 +259,52 @@ class _TurnSpans:
         call.end(event.ts)
         owner.model_call_done = True
 
-    def _code(self, event: Event) -> None:
+    def _code(self, event: Event, code: str) -> None:
         self._model_reply(event)
         owner = self.open.get(event.span_id)
         if owner is not None and owner.execution is None:
-            owner.execution = self._child_span(
-                owner, "execute_code", "code", event.ts, {"fleet.code.chars": len(event.data["code"])}
-            )
+            owner.execution = self._child_span(owner, "execute_code", "code", event.ts, {"fleet.code.chars": len(code)})
 
-    def _execution_failed(self, event: Event) -> None:
+    def _execution_failed(self, event: Event, error_type: str, message: str) -> None:
         owner = self.open.get(event.span_id)
         if owner is None:
             return
-        target = owner.execution or owner.span
-        target.fail(str(event.data["error_type"]), str(event.data["error_type"]))
+        (owner.execution or owner.span).fail(error_type, message)
 
-    def _tool_finished(self, event: Event) -> None:
+    def _tool_finished(self, event: Event, error: str | None) -> None:
         opened = self.open.get(event.span_id)
         if opened is None:
             return
-        error = event.data.get("error")
         if error:
-            opened.span.fail("tool_error", str(error))
+            opened.span.fail("tool_error", error)
         self._end(event.span_id, event.ts)
 
-    def _child_finished(self, event: Event) -> None:
+    def _child_finished(self, event: Event, payload: ChildFinished) -> None:
         opened = self.open.get(event.span_id)
         if opened is None:
             return
-        data = event.data
-        usage = data.get("usage") or {}
+        usage = payload.usage
         opened.span.set_attributes(
             {
-                "fleet.child.outcome": str(data.get("outcome", "")),
-                "fleet.iterations": int(usage.get("iterations", 0)),
-                "fleet.model_calls": int(usage.get("model_calls", 0)),
+                "fleet.child.outcome": payload.outcome,
+                "fleet.iterations": usage.iterations,
+                "fleet.model_calls": usage.model_calls,
             }
         )
-        opened.span.usage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)), whole_turn=False)
-        if data.get("outcome") != "completed":
-            opened.span.fail(str(data.get("outcome")), str(data.get("error") or data.get("outcome")))
+        opened.span.usage(usage.input_tokens, usage.output_tokens, whole_turn=False)
+        if payload.outcome != "completed":
+            opened.span.fail(payload.outcome, payload.error or payload.outcome)
         self._end(event.span_id, event.ts)
 
-    def _mark(self, event: Event) -> None:
+    def _mark(self, event: Event, payload: Payload) -> None:
         """Events that happen at one moment become span events on the span they name."""
         opened = self.open.get(event.span_id)
         if opened is None:
             return
         attributes = {
-            f"fleet.{k}": v for k, v in event.data.items() if isinstance(v, (str, int, float, bool)) and k != "text"
+            f"fleet.{k}": v
+            for k, v in payload.to_data().items()
+            if isinstance(v, (str, int, float, bool)) and k != "text"
         }
         opened.span.mark(event.type.value, attributes, event.ts)
 
@@ -288,72 +320,50 @@ class _TurnSpans:
             opened.execution.end(ts)
         opened.span.end(ts)
 
-    def _end_turn(self, event: Event) -> None:
+    def _end_turn(self, event: Event, payload: Payload) -> None:
         assert self.root is not None
         root = self.open[self.root].span
         status = TurnStatus(event.type.value.removeprefix("turn."))
-        usage = event.data.get("usage") or {}
         root.set_attributes({"fleet.status": status.value})
-        if usage:
-            root.usage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)), whole_turn=True)
+        usage = getattr(payload, "usage", None)
+        if isinstance(usage, Usage):
+            root.usage(usage.input_tokens, usage.output_tokens, whole_turn=True)
             root.set_attributes(
                 {
-                    "fleet.model_calls": int(usage.get("model_calls", 0)),
-                    "fleet.iterations": int(usage.get("iterations", 0)),
-                    "fleet.children": int(usage.get("children", 0)),
+                    "fleet.model_calls": usage.model_calls,
+                    "fleet.iterations": usage.iterations,
+                    "fleet.children": usage.children,
                 }
             )
-        if event.type in _FAILED:
-            root.fail(status.value, str(event.data.get("reason", "")))
+        if isinstance(payload, TurnFailed | TurnInterrupted):
+            root.fail(status.value, payload.reason)
         self._end(self.root, event.ts)
         self.ended = True
 
 
-def _describe(event: Event) -> tuple[str, SpanKindName, dict[str, Any]]:
+def _describe(event: Event, payload: Payload) -> tuple[str, SpanKindName, dict[str, Any]]:
     """The name, kind and attributes of the span an event opens."""
-    data = event.data
-    if event.type is EventType.ITERATION_STARTED:
-        return f"iteration {data['iteration']}", "iteration", {"fleet.iteration": int(data["iteration"])}
-    if event.type is EventType.TOOL_STARTED:
-        name = str(data["name"])
-        return (
-            f"execute_tool {name}",
-            "tool",
-            {
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": name,
-                "gen_ai.tool.call.id": str(data["call_id"]),
-            },
-        )
-    if event.type is EventType.CHILD_STARTED:
-        return (
-            f"invoke_agent {AGENT_NAME} child",
-            "child",
-            {
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": f"{AGENT_NAME} child",
-                "gen_ai.agent.id": str(data["child_id"]),
-                "fleet.child.depth": int(data["depth"]),
-            },
-        )
+    match payload:
+        case IterationStarted(iteration=iteration):
+            return f"iteration {iteration}", "iteration", {"fleet.iteration": iteration}
+        case ToolStarted(name=name, call_id=call_id):
+            return (
+                f"execute_tool {name}",
+                "tool",
+                {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id},
+            )
+        case ChildStarted(child_id=child_id, depth=depth):
+            return (
+                f"invoke_agent {AGENT_NAME} child",
+                "child",
+                {
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.name": f"{AGENT_NAME} child",
+                    "gen_ai.agent.id": child_id,
+                    "fleet.child.depth": depth,
+                },
+            )
     return event.type.value, "other", {}
-
-
-_HANDLERS = {
-    EventType.KERNEL_EVICTED: _TurnSpans._sandbox_ready,
-    EventType.KERNEL_STARTED: _TurnSpans._sandbox_ready,
-    EventType.KERNEL_RESTORED: _TurnSpans._sandbox_ready,
-    EventType.ROUTE_SELECTED: _TurnSpans._route,
-    EventType.REASONING: _TurnSpans._model_reply,
-    EventType.CODE: _TurnSpans._code,
-    EventType.EXECUTION_FAILED: _TurnSpans._execution_failed,
-    EventType.TOOL_FINISHED: _TurnSpans._tool_finished,
-    EventType.CHILD_FINISHED: _TurnSpans._child_finished,
-    EventType.SANDBOX_RESTARTED: _TurnSpans._mark,
-    EventType.ARTIFACT_CREATED: _TurnSpans._mark,
-    EventType.BUDGET_EXHAUSTED: _TurnSpans._mark,
-    EventType.WARNING: _TurnSpans._mark,
-}
 
 
 class TurnTracer:

@@ -444,14 +444,13 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
                     .first()
                 )
                 payload = TurnInterrupted(reason=reason)
-                event = Event(
-                    type=payload.event_type,
+                event = Event.carrying(
+                    payload,
                     seq=(last or 0) + 1,
                     turn_id=turn.id,
                     ts=utcnow().timestamp(),
                     span_id=first.span_id if first is not None else new_id("span"),
                     parent_span_id=None,
-                    data=payload.to_data(),
                 )
                 await session.execute(insert(EventRow), [event_row(event)])
                 row.status = TurnStatus.INTERRUPTED

@@ -23,12 +23,45 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.protocol.payloads import (
+    ArtifactCreated,
+    BudgetExhausted,
+    ChildFinished,
+    ChildStarted,
+    Code,
+    CodeDelta,
+    ExecutionFailed,
+    IterationStarted,
+    MemoryProposed,
+    NoUsage,
+    Output,
+    Payload,
+    Reasoning,
+    ReasoningDelta,
+    RouteSelected,
+    SandboxRestarted,
+    ToolFinished,
+    ToolStarted,
+    TurnCancelled,
+    TurnCompleted,
+    TurnFailed,
+    TurnIncomplete,
+    TurnInterrupted,
+    TurnStarted,
+    TurnWarning,
+    Usage,
+)
 from fleet_rlm.protocol.visible import show_hidden
 from fleet_rlm.workspace.manifest import human_size
 
 INDENT_PER_LEVEL = 4
 PREVIEW_CHARS = 80
 MEMORY_PREVIEW_CHARS = 160
+NOTHING_USED = Usage(
+    route=None, model_calls=0, root_calls=0, sub_calls=0, child_calls=0, children=0,
+    input_tokens=0, output_tokens=0, iterations=0, sandbox_errors=0, duration=0.0,
+)  # fmt: skip
+"""The usage of a turn that ended before it ran."""
 
 
 def preview(text: str, width: int = PREVIEW_CHARS) -> str:
@@ -120,103 +153,96 @@ class EventRenderer:
         self.draft = Text(f"✎ {len(lines)} line(s): {preview(lines[-1]) if lines else ''}", style="cyan")
 
     def render(self, event: Event) -> None:
-        kind = event.type
-        data = event.data
+        if event.type is EventType.HEARTBEAT:
+            return
+        payload = event.payload
         level = self.levels.level_of(event)
-        if kind is EventType.REASONING_DELTA:
-            self._streamed.add((event.span_id, "reasoning"))
-            self._stream((event.span_id, "reasoning"), str(data.get("text", "")), "dim", level, "· thinking")
-            return
-        if kind is EventType.CODE_DELTA:
-            self._draft_code(event.span_id, str(data.get("text", "")), level)
-            return
-        if kind is EventType.OUTPUT:
-            style = "red" if data.get("stream") == "stderr" else ""
-            self._stream((event.span_id, f"output:{data.get('stream')}"), str(data.get("text", "")), style, level, None)
-            return
+        match payload:
+            case ReasoningDelta(text=text):
+                self._streamed.add((event.span_id, "reasoning"))
+                self._stream((event.span_id, "reasoning"), text, "dim", level, "· thinking")
+                return
+            case CodeDelta(text=text):
+                self._draft_code(event.span_id, text, level)
+                return
+            case Output(stream=stream, text=text):
+                self._stream(
+                    (event.span_id, f"output:{stream}"), text, "red" if stream == "stderr" else "", level, None
+                )
+                return
         self._end_stream()
-        for renderable in self._renderables(event):
+        for renderable in self._renderables(event, payload):
             self._print(renderable, level)
 
-    def _renderables(self, event: Event) -> list[RenderableType]:
-        kind = event.type
-        data = event.data
-        if kind is EventType.TURN_STARTED:
-            sandbox = data.get("sandbox", {})
-            return [
-                Text(f"▶ {data.get('task', '')}", style="bold"),
-                Text(f"  sandbox {sandbox.get('backend')} (isolated: {sandbox.get('isolated')})", style="dim"),
-            ]
-        if kind is EventType.ITERATION_STARTED:
-            return [Rule(Text(f"iteration {data.get('iteration')}/{data.get('max_iterations')}", style="dim"))]
-        if kind is EventType.REASONING:
-            if (event.span_id, "reasoning") in self._streamed:
+    def _renderables(self, event: Event, payload: Payload) -> list[RenderableType]:
+        match payload:
+            case TurnStarted(task=task, sandbox=sandbox):
+                return [
+                    Text(f"▶ {task}", style="bold"),
+                    Text(f"  sandbox {sandbox.backend} (isolated: {sandbox.isolated})", style="dim"),
+                ]
+            case IterationStarted(iteration=iteration, max_iterations=most):
+                return [Rule(Text(f"iteration {iteration}/{most}", style="dim"))]
+            case Reasoning(text=text):
+                return [] if (event.span_id, "reasoning") in self._streamed else [Text(text, style="dim italic")]
+            case Code(code=code):
+                self.draft = Text()
+                # Wrapped, not cropped: a person must be able to read every character of the code that runs.
+                return [Syntax(code, "python", theme="ansi_dark", line_numbers=False, word_wrap=True)]
+            case ToolStarted(call_id=call_id, arguments=arguments):
+                self._tool_arguments[call_id] = arguments
                 return []
-            return [Text(str(data.get("text", "")), style="dim italic")]
-        if kind is EventType.CODE:
-            self.draft = Text()
-            # Wrapped, not cropped: a person must be able to read every character of the code that runs.
-            code = str(data.get("code", ""))
-            return [Syntax(code, "python", theme="ansi_dark", line_numbers=False, word_wrap=True)]
-        if kind is EventType.TOOL_STARTED:
-            self._tool_arguments[str(data.get("call_id"))] = str(data.get("arguments", ""))
-            return []
-        if kind is EventType.TOOL_FINISHED:
-            arguments = preview(self._tool_arguments.pop(str(data.get("call_id")), ""))
-            status = f"failed: {data['error']}" if data.get("error") else ""
-            line = Text(f"  ↳ {data.get('name')}({arguments})", style="magenta")
-            line.append(f" {data.get('duration', 0):.2f}s", style="dim")
-            if status:
-                line.append(f" {status}", style="red")
-            return [line]
-        if kind is EventType.ARTIFACT_CREATED:
-            return [Text(f"  ✚ {data.get('path')} ({human_size(int(data.get('size', 0)))})", style="green")]
-        if kind is EventType.MEMORY_PROPOSED:
-            return [
-                Text(
-                    f"  ✎ remembered (pending review): {preview(show_hidden(str(data.get('text', ''))), MEMORY_PREVIEW_CHARS)}",
-                    style="cyan",
-                )
-            ]
-        if kind is EventType.ROUTE_SELECTED:
-            return [Text(f"  route: {data.get('route')} — {data.get('reason', '')}", style="dim")]
-        if kind is EventType.CHILD_STARTED:
-            return [Text(f"  ⇢ child {data.get('child_id')}: {preview(str(data.get('task', '')))}", style="blue")]
-        if kind is EventType.CHILD_FINISHED:
-            outcome = f"{data.get('outcome')} in {data.get('duration', 0):.1f}s"
-            return [Text(f"  ⇠ child {data.get('child_id')} {outcome}", style="blue")]
-        if kind in (EventType.WARNING, EventType.BUDGET_EXHAUSTED):
-            message = data.get("message") or f"budget exhausted: {data.get('budget')} (limit {data.get('limit')})"
-            return [Text(f"⚠ {message}", style="yellow")]
-        if kind is EventType.EXECUTION_FAILED:
-            return execution_failure(data)
-        if kind is EventType.SANDBOX_RESTARTED:
-            return [Text(restart_line(data), style="bold yellow")]
-        if kind is EventType.TURN_COMPLETED:
-            shown: list[RenderableType] = [Rule(style="yellow" if data.get("unverified") else "green")]
-            if data.get("unverified"):
-                shown.append(Text(f"⚠ unverified answer: {data.get('unverified_reason')}", style="bold yellow"))
-            shown.append(Markdown(str(data.get("answer") or "")))
-            shown.extend(evidence_lines(data.get("evidence") or []))
-            artifacts = data.get("artifacts") or []
-            if artifacts:
-                shown.append(Text("Artifacts:", style="bold"))
-                shown.extend(Padding(Text(f"{a['path']}  {human_size(int(a['size']))}"), (0, 2)) for a in artifacts)
-            shown.append(Text(usage_line(data.get("usage") or {}), style="dim"))
-            return shown
-        if kind is EventType.TURN_INCOMPLETE:
-            return [
-                Rule(style="yellow"),
-                Text(f"◐ turn incomplete: {data.get('reason')}", style="bold yellow"),
-                Text(usage_line(data.get("usage") or {}), style="dim"),
-            ]
-        if kind is EventType.TURN_FAILED:
-            return [Text(f"✗ turn failed: {data.get('reason')}", style="bold red")]
-        if kind is EventType.TURN_CANCELLED:
-            return [Text("✗ turn cancelled", style="bold yellow")]
-        if kind is EventType.TURN_INTERRUPTED:
-            return [Text(f"✗ turn interrupted: {data.get('reason', '')}", style="bold yellow")]
+            case ToolFinished(call_id=call_id, name=name, duration=duration, error=error):
+                line = Text(f"  ↳ {name}({preview(self._tool_arguments.pop(call_id, ''))})", style="magenta")
+                line.append(f" {duration:.2f}s", style="dim")
+                if error:
+                    line.append(f" failed: {error}", style="red")
+                return [line]
+            case ArtifactCreated():
+                return [Text(f"  {artifact_line(payload)}", style="green")]
+            case MemoryProposed():
+                return [Text(f"  {memory_line(payload, MEMORY_PREVIEW_CHARS)}", style="cyan")]
+            case RouteSelected():
+                return [Text(f"  {route_line(payload)}", style="dim")]
+            case ChildStarted(child_id=child_id, task=task):
+                return [Text(f"  ⇢ child {child_id}: {preview(task)}", style="blue")]
+            case ChildFinished(child_id=child_id, outcome=outcome, duration=duration):
+                return [Text(f"  ⇠ child {child_id} {outcome} in {duration:.1f}s", style="blue")]
+            case TurnWarning() | BudgetExhausted():
+                return [Text(f"⚠ {warning_text(payload)}", style="yellow")]
+            case ExecutionFailed():
+                return execution_failure(payload)
+            case SandboxRestarted():
+                return [Text(restart_line(payload), style="bold yellow")]
+            case TurnCompleted():
+                return completed_lines(payload)
+            case TurnIncomplete(reason=reason, usage=usage):
+                return [
+                    Rule(style="yellow"),
+                    Text(f"◐ turn incomplete: {reason}", style="bold yellow"),
+                    Text(usage_line(usage), style="dim"),
+                ]
+            case TurnFailed(reason=reason):
+                return [Text(f"✗ turn failed: {reason}", style="bold red")]
+            case TurnCancelled():
+                return [Text("✗ turn cancelled", style="bold yellow")]
+            case TurnInterrupted(reason=reason):
+                return [Text(f"✗ turn interrupted: {reason}", style="bold yellow")]
         return []
+
+
+def completed_lines(payload: TurnCompleted) -> list[RenderableType]:
+    """A completed turn: its answer (flagged when unverified), the evidence, the artifacts, the usage."""
+    shown: list[RenderableType] = [Rule(style="yellow" if payload.unverified else "green")]
+    if payload.unverified:
+        shown.append(Text(f"⚠ unverified answer: {payload.unverified_reason}", style="bold yellow"))
+    shown.append(Markdown(payload.answer))
+    shown.extend(evidence_lines(payload.evidence))
+    if payload.artifacts:
+        shown.append(Text("Artifacts:", style="bold"))
+        shown.extend(Padding(Text(f"{a.path}  {human_size(a.size)}"), (0, 2)) for a in payload.artifacts)
+    shown.append(Text(usage_line(payload.usage), style="dim"))
+    return shown
 
 
 def evidence_lines(evidence: list[Any]) -> list[RenderableType]:
@@ -228,29 +254,49 @@ def evidence_lines(evidence: list[Any]) -> list[RenderableType]:
     return [Text("Evidence:", style="dim bold"), Padding(Text(lines, style="dim"), (0, 2))]
 
 
-def execution_failure(data: dict[str, Any]) -> list[RenderableType]:
+def execution_failure(payload: ExecutionFailed) -> list[RenderableType]:
     """A failed execution, under its code: the error in red, then the traceback the model saw, dimmed."""
-    where = f" (line {data['line']})" if data.get("line") else ""
-    shown: list[RenderableType] = [
-        Text(f"✗ {data.get('error_type')}: {data.get('message', '')}{where}", style="bold red")
-    ]
-    lines = str(data.get("traceback") or "").splitlines()
+    where = f" (line {payload.line})" if payload.line else ""
+    shown: list[RenderableType] = [Text(f"✗ {payload.error_type}: {payload.message}{where}", style="bold red")]
+    lines = payload.traceback.splitlines()
     if len(lines) > 1:  # the last line repeats the error
         shown.append(Padding(Text("\n".join(lines[:-1]), style="red dim"), (0, 2)))
     return shown
 
 
-def restart_line(data: dict[str, Any]) -> str:
-    """A ``sandbox.restarted`` event in one line."""
-    restart = f"{data.get('restart')}/{data.get('max_restarts')}"
-    return f"↻ sandbox restarted ({restart}) after {data.get('cause')}: variables lost, files kept"
-
-
-def usage_line(usage: dict[str, Any]) -> str:
+def restart_line(payload: SandboxRestarted) -> str:
     return (
-        f"{usage.get('iterations', 0)} iterations · {usage.get('model_calls', 0)} model calls · "
-        f"{usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)} tokens · "
-        f"{usage.get('sandbox_errors', 0)} code errors · {usage.get('duration', 0):.1f}s"
+        f"↻ sandbox restarted ({payload.restart}/{payload.max_restarts}) after {payload.cause}: "
+        "variables lost, files kept"
+    )
+
+
+def artifact_line(payload: ArtifactCreated) -> str:
+    return f"✚ {payload.path} ({human_size(payload.size)})"
+
+
+def memory_line(payload: MemoryProposed, width: int = PREVIEW_CHARS) -> str:
+    return f"✎ remembered (pending review): {preview(show_hidden(payload.text), width)}"
+
+
+def route_line(payload: RouteSelected) -> str:
+    return f"route: {payload.route} — {payload.reason}"
+
+
+def warning_text(payload: TurnWarning | BudgetExhausted) -> str:
+    if isinstance(payload, TurnWarning):
+        return payload.message
+    return f"budget exhausted: {payload.budget} (limit {payload.limit})"
+
+
+def usage_line(usage: Usage | NoUsage | None) -> str:
+    """A turn's usage in one line; a turn that never ran shows zeros."""
+    if not isinstance(usage, Usage):
+        usage = NOTHING_USED
+    return (
+        f"{usage.iterations} iterations · {usage.model_calls} model calls · "
+        f"{usage.input_tokens}→{usage.output_tokens} tokens · "
+        f"{usage.sandbox_errors} code errors · {usage.duration:.1f}s"
     )
 
 

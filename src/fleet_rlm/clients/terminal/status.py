@@ -11,6 +11,14 @@ import time
 from dataclasses import dataclass, field
 
 from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.protocol.payloads import (
+    ChildFinished,
+    ChildStarted,
+    IterationStarted,
+    ToolFinished,
+    ToolStarted,
+    TurnStarted,
+)
 
 MODEL_TOOLS = ("llm_query", "llm_query_batched")
 
@@ -32,30 +40,29 @@ class StatusLine:
     _child_spans: set[str] = field(default_factory=set, init=False, repr=False)
 
     def observe(self, event: Event) -> None:
-        data = event.data
-        kind = event.type
-        if kind is EventType.TURN_STARTED:
-            self.started_at = event.ts
-            budget = data.get("budget") or {}
-            self.max_iterations = budget.get("max_iterations")
-            self.max_model_calls = budget.get("max_model_calls")
-        elif kind is EventType.ITERATION_STARTED:
-            self.model_calls += 1
-            if self._is_root_iteration(event):
-                self.iteration = int(data.get("iteration", self.iteration))
-                self.max_iterations = data.get("max_iterations", self.max_iterations)
-        elif kind is EventType.TOOL_STARTED:
-            self.running_tools[str(data.get("call_id"))] = str(data.get("name"))
-        elif kind is EventType.TOOL_FINISHED:
-            self.running_tools.pop(str(data.get("call_id")), None)
-            if data.get("name") in MODEL_TOOLS:
+        if event.type is EventType.HEARTBEAT:
+            return
+        match event.payload:
+            case TurnStarted(budget=budget):
+                self.started_at = event.ts
+                self.max_iterations = budget.max_iterations
+                self.max_model_calls = budget.max_model_calls
+            case IterationStarted(iteration=iteration, max_iterations=most):
                 self.model_calls += 1
-        elif kind is EventType.CHILD_STARTED:
-            self.children_running += 1
-            self._child_spans.add(event.span_id)
-        elif kind is EventType.CHILD_FINISHED:
-            self.children_running = max(0, self.children_running - 1)
-        elif event.terminal:
+                if self._is_root_iteration(event):
+                    self.iteration, self.max_iterations = iteration, most
+            case ToolStarted(call_id=call_id, name=name):
+                self.running_tools[call_id] = name
+            case ToolFinished(call_id=call_id, name=name):
+                self.running_tools.pop(call_id, None)
+                if name in MODEL_TOOLS:
+                    self.model_calls += 1
+            case ChildStarted():
+                self.children_running += 1
+                self._child_spans.add(event.span_id)
+            case ChildFinished():
+                self.children_running = max(0, self.children_running - 1)
+        if event.terminal:
             self.finished = True
         self._spans[event.span_id] = event.parent_span_id
 

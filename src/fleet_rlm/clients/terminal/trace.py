@@ -13,10 +13,38 @@ from rich.syntax import Syntax
 from rich.text import Text
 from rich.tree import Tree
 
-from fleet_rlm.clients.cli.render import preview, restart_line, usage_line
+from fleet_rlm.clients.cli.render import (
+    artifact_line,
+    memory_line,
+    preview,
+    restart_line,
+    route_line,
+    usage_line,
+    warning_text,
+)
 from fleet_rlm.protocol.events import Event, EventType
-from fleet_rlm.protocol.visible import show_hidden
-from fleet_rlm.workspace.manifest import human_size
+from fleet_rlm.protocol.payloads import (
+    ArtifactCreated,
+    BudgetExhausted,
+    ChildFinished,
+    ChildStarted,
+    Code,
+    IterationStarted,
+    MemoryProposed,
+    Output,
+    Reasoning,
+    RouteSelected,
+    SandboxRestarted,
+    ToolFinished,
+    ToolStarted,
+    TurnCancelled,
+    TurnCompleted,
+    TurnFailed,
+    TurnIncomplete,
+    TurnInterrupted,
+    TurnStarted,
+    TurnWarning,
+)
 
 OUTPUT_LINES = 20
 
@@ -33,55 +61,56 @@ def trace_tree(events: Iterable[Event], title: str) -> Tree:
         return parent
 
     for event in events:
-        data = event.data
-        kind = event.type
-        if kind in (EventType.REASONING_DELTA, EventType.CODE_DELTA, EventType.HEARTBEAT):
+        if event.type in (EventType.REASONING_DELTA, EventType.CODE_DELTA, EventType.HEARTBEAT):
             continue
-        if kind is EventType.OUTPUT:
-            outputs.setdefault(event.span_id, []).append(str(data.get("text", "")))
+        payload = event.payload
+        if isinstance(payload, Output):
+            outputs.setdefault(event.span_id, []).append(payload.text)
             continue
         _flush_output(nodes, outputs)
-        if kind is EventType.TURN_STARTED:
-            nodes[event.span_id] = root
-            root.add(Text(f"task: {preview(str(data.get('task', '')), 100)}", style="dim"))
-        elif kind is EventType.ITERATION_STARTED:
-            label = Text(f"iteration {data.get('iteration')}/{data.get('max_iterations')}", style="bold")
-            nodes[event.span_id] = node_for(event).add(label)
-        elif kind is EventType.TOOL_STARTED:
-            label = Text(f"{data.get('name')}({preview(str(data.get('arguments', '')))})", style="magenta")
-            nodes[event.span_id] = node_for(event).add(label)
-        elif kind is EventType.TOOL_FINISHED:
-            status = f" failed: {data['error']}" if data.get("error") else ""
-            node = node_for(event)
-            if isinstance(node.label, Text):
-                node.label = Text.assemble(node.label, (f"  {float(data.get('duration', 0)):.2f}s{status}", "dim"))
-        elif kind is EventType.CHILD_STARTED:
-            label = Text(f"child {data.get('child_id')}: {preview(str(data.get('task', '')))}", style="blue")
-            nodes[event.span_id] = node_for(event).add(label)
-        elif kind is EventType.CHILD_FINISHED:
-            node_for(event).add(Text(f"{data.get('outcome')} in {float(data.get('duration', 0)):.1f}s", style="blue"))
-        elif kind is EventType.REASONING:
-            node_for(event).add(Text(str(data.get("text", "")), style="dim italic"))
-        elif kind is EventType.CODE:
-            node_for(event).add(Syntax(str(data.get("code", "")), "python", theme="ansi_dark"))
-        elif kind is EventType.ARTIFACT_CREATED:
-            node_for(event).add(Text(f"✚ {data.get('path')} ({human_size(int(data.get('size', 0)))})", style="green"))
-        elif kind is EventType.MEMORY_PROPOSED:
-            node_for(event).add(
-                Text(f"✎ remembered (pending review): {preview(show_hidden(str(data.get('text', ''))))}", "cyan")
-            )
-        elif kind is EventType.ROUTE_SELECTED:
-            node_for(event).add(Text(f"route: {data.get('route')} — {data.get('reason', '')}", style="dim"))
-        elif kind is EventType.SANDBOX_RESTARTED:
-            node_for(event).add(Text(restart_line(data), style="yellow"))
-        elif kind in (EventType.WARNING, EventType.BUDGET_EXHAUSTED):
-            message = data.get("message") or f"budget exhausted: {data.get('budget')} (limit {data.get('limit')})"
-            node_for(event).add(Text(f"⚠ {message}", style="yellow"))
-        elif event.terminal:
-            outcome = kind.value.removeprefix("turn.")
-            reason = data.get("reason")
-            root.add(Text(f"{outcome}" + (f": {reason}" if reason else ""), style="bold"))
-            root.add(Text(usage_line(data.get("usage") or {}), style="dim"))
+        match payload:
+            case TurnStarted(task=task):
+                nodes[event.span_id] = root
+                root.add(Text(f"task: {preview(task, 100)}", style="dim"))
+            case IterationStarted(iteration=iteration, max_iterations=most):
+                nodes[event.span_id] = node_for(event).add(Text(f"iteration {iteration}/{most}", style="bold"))
+            case ToolStarted(name=name, arguments=arguments):
+                nodes[event.span_id] = node_for(event).add(Text(f"{name}({preview(arguments)})", style="magenta"))
+            case ToolFinished(duration=duration, error=error):
+                node = node_for(event)
+                if isinstance(node.label, Text):
+                    status = f" failed: {error}" if error else ""
+                    node.label = Text.assemble(node.label, (f"  {duration:.2f}s{status}", "dim"))
+            case ChildStarted(child_id=child_id, task=task):
+                nodes[event.span_id] = node_for(event).add(Text(f"child {child_id}: {preview(task)}", style="blue"))
+            case ChildFinished(outcome=outcome, duration=duration):
+                node_for(event).add(Text(f"{outcome} in {duration:.1f}s", style="blue"))
+            case Reasoning(text=text):
+                node_for(event).add(Text(text, style="dim italic"))
+            case Code(code=code):
+                node_for(event).add(Syntax(code, "python", theme="ansi_dark"))
+            case ArtifactCreated():
+                node_for(event).add(Text(artifact_line(payload), style="green"))
+            case MemoryProposed():
+                node_for(event).add(Text(memory_line(payload), "cyan"))
+            case RouteSelected():
+                node_for(event).add(Text(route_line(payload), style="dim"))
+            case SandboxRestarted():
+                node_for(event).add(Text(restart_line(payload), style="yellow"))
+            case TurnWarning() | BudgetExhausted():
+                node_for(event).add(Text(f"⚠ {warning_text(payload)}", style="yellow"))
+            case TurnCompleted(usage=usage):
+                root.add(Text("completed", style="bold"))
+                root.add(Text(usage_line(usage), style="dim"))
+            case (
+                TurnIncomplete(reason=reason, usage=usage)
+                | TurnFailed(reason=reason, usage=usage)
+                | TurnCancelled(reason=reason, usage=usage)
+                | TurnInterrupted(reason=reason, usage=usage)
+            ):
+                ending = event.type.value.removeprefix("turn.")
+                root.add(Text(f"{ending}: {reason}" if reason else ending, style="bold"))
+                root.add(Text(usage_line(usage), style="dim"))
     _flush_output(nodes, outputs)
     return root
 
