@@ -149,7 +149,16 @@ def _manifest(position: int = 1) -> bytes:
 
 def _events(seqs: list[int]) -> bytes:
     lines = (
-        json.dumps({"type": "output", "seq": n, "turn_id": "x", "ts": 1.0, "span_id": "s", "data": {"text": str(n)}})
+        json.dumps(
+            {
+                "type": "output",
+                "seq": n,
+                "turn_id": "x",
+                "ts": 1.0,
+                "span_id": "s",
+                "data": {"stream": "stdout", "text": str(n)},
+            }
+        )
         for n in seqs
     )
     return ("\n".join(lines) + "\n").encode()
@@ -162,7 +171,7 @@ async def test_an_import_streams_many_events_in_batches_and_keeps_their_order(se
     [turn] = await service.list_turns(session.id)
     events = await service.store.events_after(turn.id, 0, limit=10 * count)
     assert [e.seq for e in events] == list(range(1, count + 1))
-    assert events[-1].data == {"text": str(count)}
+    assert events[-1].data == {"stream": "stdout", "text": str(count)}
     assert not list(service.blobs.session_dir(session.id).glob("staging/*")), "the event spool was left behind"
 
 

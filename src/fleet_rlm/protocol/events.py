@@ -114,7 +114,16 @@ class Event:
     def from_dict(cls, raw: dict[str, Any]) -> Event:
         """The event as the wire gives it (an SSE frame, a JSONL line), its payload parsed here: data
         that breaks the protocol raises :class:`EventDataError` at the edge, not in a consumer."""
-        event = cls(
+        event = cls.unparsed(raw)
+        if event.type is not EventType.HEARTBEAT:
+            _ = event.payload
+        return event
+
+    @classmethod
+    def unparsed(cls, raw: dict[str, Any]) -> Event:
+        """The event's envelope from ``raw``, its data left as it is: for a checker that reports what
+        is wrong with the data itself (``fleet_rlm.testing.turn_events``)."""
+        return cls(
             type=EventType(raw["type"]),
             seq=int(raw["seq"]),
             turn_id=str(raw["turn_id"]),
@@ -123,9 +132,6 @@ class Event:
             parent_span_id=raw.get("parent_span_id"),
             data=dict(raw.get("data") or {}),
         )
-        if event.type is not EventType.HEARTBEAT:
-            _ = event.payload
-        return event
 
 
 class EventDataError(ValueError):
