@@ -21,9 +21,9 @@ import pytest
 
 from fleet_rlm.models.scripted import Reply, ScriptedModelServer, fields_reply, rlm_step
 from fleet_rlm.protocol.events import TERMINAL_TYPES, EventType
-from fleet_rlm.service.runners import this_host
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.store import Database, Store
+from fleet_rlm.store.runners import this_host
 from fleet_rlm.testing.settings import SettingsFactory
 from tests.api.server import RunningServer, server_in_thread
 from tests.service.test_lifecycle import a_turn_running_and_one_waiting

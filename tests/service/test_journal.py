@@ -16,7 +16,7 @@ from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.protocol.payloads import TurnWarning
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.writer import EventJournal, JournalClosed
-from fleet_rlm.store import Conflict, Store, TurnCommit, TurnEnd, TurnRecord, TurnStart
+from fleet_rlm.store import Conflict, Interrupting, Store, TurnCommit, TurnEnd, TurnRecord, TurnStart
 from fleet_rlm.testing.faults import FailingCalls
 
 pytestmark = pytest.mark.anyio
@@ -340,7 +340,7 @@ async def test_events_of_a_turn_that_ended_elsewhere_are_neither_stored_nor_publ
     ended, running, finishing = [await new_turn(store) for _ in range(3)]
     for turn in (ended, running, finishing):
         await store.mark_running(turn)
-    await store.interrupt_turns(lambda t: t.id == ended, "its lease lapsed")
+    await store.interrupt_turns(Interrupting(turn_ids={ended}), "its lease lapsed")
     told: list[str] = []
     journal = EventJournal(store, told.append)
     published: list[Event] = []

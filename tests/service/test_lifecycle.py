@@ -18,11 +18,11 @@ from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.sandbox import registry
 from fleet_rlm.service import turns
 from fleet_rlm.service.pool import LIFECYCLE_THREADS
-from fleet_rlm.service.runners import this_host
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.stored_reads import Read
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.store import Conflict, Database, NotFound, Store, TurnCommit, TurnRecord
+from fleet_rlm.store.runners import this_host
 from fleet_rlm.testing.backends import HeldStartBackend
 from fleet_rlm.testing.settings import SettingsFactory
 

@@ -22,11 +22,11 @@ import pytest
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.service.leases import LAPSED_REASON
-from fleet_rlm.service.runners import this_host
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns import TurnSubmission
 from fleet_rlm.service.writer import RETRY_DELAYS
-from fleet_rlm.store import Database
+from fleet_rlm.store import Database, Interrupting
+from fleet_rlm.store.runners import this_host
 from fleet_rlm.testing.faults import FailingCalls
 from fleet_rlm.testing.settings import scripted_settings
 from tests.store.databases import PostgresDatabases
@@ -181,7 +181,7 @@ async def test_a_worker_whose_turn_was_ended_elsewhere_stores_nothing_more_and_i
         return [(e.seq, e.type) async for e in await service.events(turn.id)]
 
     on_worker, on_api = asyncio.create_task(follow(worker)), asyncio.create_task(follow(api))
-    await api.store.interrupt_turns(lambda t: t.id == turn.id, LAPSED_REASON)
+    await api.store.interrupt_turns(Interrupting(turn_ids={turn.id}), LAPSED_REASON)
     assert (await api.get_turn(turn.id)).status == "interrupted"
     seen_on_worker = await asyncio.wait_for(on_worker, 10)
     seen_on_api = await asyncio.wait_for(on_api, 10)
@@ -211,7 +211,7 @@ async def test_a_worker_that_published_events_it_could_not_store_ends_its_own_st
     monkeypatch.setattr(worker.store, "append_events", failing.wrap(worker.store.append_events))
     await until(lambda: failing.failed > len(RETRY_DELAYS), 15)  # the journal gave a write up
 
-    await api.store.interrupt_turns(lambda t: t.id == turn.id, LAPSED_REASON)
+    await api.store.interrupt_turns(Interrupting(turn_ids={turn.id}), LAPSED_REASON)
     seen = await asyncio.wait_for(on_worker, 20)
 
     stored = await api.stored_events(turn.id, limit=1000)

@@ -10,8 +10,7 @@ import pytest
 from sqlalchemy import event, update
 
 from fleet_rlm.protocol.status import TurnStatus
-from fleet_rlm.service.leases import lapsed
-from fleet_rlm.store import Conflict, LeaseRenewal, NewTurn, NotFound, Store
+from fleet_rlm.store import Conflict, Interrupting, LeaseRenewal, NewTurn, NotFound, Store
 from fleet_rlm.store.submissions import create_together
 from fleet_rlm.store.tables import EventRow, TurnRow, utcnow
 
@@ -117,7 +116,7 @@ async def test_a_renewal_tells_the_runner_of_its_turns_another_process_ended(sto
     for turn_id in (ended, kept):
         await store.claim_turn("mine:1:x", 300, turn_id=turn_id)
         await store.mark_running(turn_id)
-    await store.interrupt_turns(lambda turn: turn.id == ended, "lapsed")
+    await store.interrupt_turns(Interrupting(turn_ids={ended}), "lapsed")
 
     assert await store.renew_leases("mine:1:x", [ended, kept], 300) == LeaseRenewal(lost={ended})
     assert (await store.get_turn(ended)).status == "interrupted"
@@ -134,7 +133,7 @@ async def test_a_lapsed_lease_ends_the_turn_interrupted_but_a_renewed_one_is_lef
         await session.execute(update(TurnRow).where(TurnRow.id == dead).values(lease_expires_at=past))
 
     assert [turn.id for turn in await store.active_turns(lease_lapsed=True)] == [dead]  # chosen in SQL
-    interrupted = await store.interrupt_turns(lapsed, "lapsed", lease_lapsed=True)
+    interrupted = await store.interrupt_turns(Interrupting(lease_lapsed=True), "lapsed")
     assert [turn.id for turn in interrupted] == [dead]
     assert (await store.get_turn(dead)).status == "interrupted"
     assert (await store.get_turn(alive)).status == "running"
@@ -144,8 +143,7 @@ async def test_a_lapsed_lease_ends_the_turn_interrupted_but_a_renewed_one_is_lef
 
 async def test_a_queued_turn_nobody_claimed_is_never_lapsed(store: Store) -> None:
     (turn_id,) = await queued(store, 1)
-    assert await store.interrupt_turns(lapsed, "lapsed") == []
-    assert await store.interrupt_turns(lapsed, "lapsed", lease_lapsed=True) == []
+    assert await store.interrupt_turns(Interrupting(lease_lapsed=True), "lapsed") == []
     assert (await store.get_turn(turn_id)).status == "queued"
 
 

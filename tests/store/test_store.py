@@ -10,7 +10,17 @@ import sqlalchemy.event
 
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.protocol.status import TurnStatus
-from fleet_rlm.store import Conflict, FileChanges, FileRecord, Invalid, NotFound, Store, TurnEnd, TurnStart
+from fleet_rlm.store import (
+    Conflict,
+    FileChanges,
+    FileRecord,
+    Interrupting,
+    Invalid,
+    NotFound,
+    Store,
+    TurnEnd,
+    TurnStart,
+)
 from fleet_rlm.store.tables import EventRow, TurnRow
 
 pytestmark = pytest.mark.anyio
@@ -257,7 +267,7 @@ async def test_interrupted_turn_gets_a_terminal_event_and_cannot_be_finished_lat
     turn, _ = await store.create_turn(session.id, "x", runner="host:1:abc")
     await store.mark_running(turn.id)
     await store.append_events([event(turn.id, 1, EventType.TURN_STARTED), event(turn.id, 2)])
-    interrupted = await store.interrupt_turns(lambda t: t.runner == "host:1:abc", "the server died")
+    interrupted = await store.interrupt_turns(Interrupting(turn_ids={turn.id}), "the server died")
     assert [t.id for t in interrupted] == [turn.id]
     events = await store.events_after(turn.id)
     assert [(e.seq, e.type) for e in events][-1] == (3, EventType.TURN_INTERRUPTED)
@@ -280,7 +290,7 @@ async def test_events_of_a_turn_that_ended_are_refused_nothing_is_stored_after_i
     running, _ = await store.create_turn(other.id, "y")
     for turn in (ended, running):
         await store.mark_running(turn.id, events=[event(turn.id, 1, EventType.TURN_STARTED)])
-    await store.interrupt_turns(lambda t: t.id == ended.id, "its lease lapsed")
+    await store.interrupt_turns(Interrupting(turn_ids={ended.id}), "its lease lapsed")
 
     assert await store.append_events([event(ended.id, 3), event(running.id, 2)]) == {ended.id}
     commit = await store.commit_turns(events=[event(ended.id, 4), event(running.id, 3)])
@@ -344,7 +354,7 @@ async def test_ending_a_turn_elsewhere_and_storing_its_events_wait_for_each_othe
     async with store.db.write() as storing:
         storing.add(EventRow(turn_id=first.id, seq=2, type="output", ts=0.0, span_id="span_root", data={}))
         await storing.flush()
-        interrupting = asyncio.create_task(store.interrupt_turns(lambda t: t.id == first.id, "lapsed"))
+        interrupting = asyncio.create_task(store.interrupt_turns(Interrupting(turn_ids={first.id}), "lapsed"))
         await asyncio.sleep(0.5)
         assert not interrupting.done(), "the interrupt did not wait for the events being stored"
     await asyncio.wait_for(interrupting, 10)

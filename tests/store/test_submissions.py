@@ -3,14 +3,13 @@ it had been submitted alone."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
 
+from fleet_rlm.config import Ceilings
 from fleet_rlm.protocol.status import TurnStatus
-from fleet_rlm.store import Conflict, Invalid, NewTurn, NotFound, Queued, SessionRecord, Store, TurnRecord
+from fleet_rlm.store import Conflict, Invalid, NewTurn, NotFound, Queued, Store, TurnRecord
 
 pytestmark = pytest.mark.anyio
 
@@ -100,47 +99,23 @@ async def test_a_batch_that_trips_on_a_constraint_queues_each_alone(store: Store
     assert [turn.message for turn in await store.list_turns(taken.id)] == ["already there"]
 
 
-async def test_a_submission_its_admission_refuses_gets_that_error_and_queues_nothing(store: Store) -> None:
-    """``admit`` sees the session as the batch's transaction reads it; its refusal is that submission's
-    answer alone, and each queued turn's answer carries its session."""
+async def test_a_session_past_the_ceilings_gets_its_own_refusal_and_queues_nothing(store: Store) -> None:
+    """The session's settings are checked as the batch's transaction reads them: a session stored above
+    a ceiling since lowered is refused, naming the setting; the batch's other submission is queued, its
+    answer carrying its session."""
     strict = await store.create_session(name="strict", settings={"max_iterations": 50})
-    fine = await store.create_session(name="fine")
-    seen: list[SessionRecord] = []
-
-    def at_most_ten(session: SessionRecord) -> None:
-        seen.append(session)
-        if session.settings.get("max_iterations", 0) > 10:
-            raise Invalid("this session's max_iterations is above 10", code="invalid_settings")
+    fine = await store.create_session(name="fine", settings={"max_iterations": 10})
+    ceilings = Ceilings(max_iterations=10)
 
     refused, queued = await store.create_turns(
-        [NewTurn("strict", "too much", admit=at_most_ten), NewTurn("fine", "ok", admit=at_most_ten)]
+        [NewTurn("strict", "too much", ceilings=ceilings), NewTurn("fine", "ok", ceilings=ceilings)]
     )
 
     assert isinstance(refused, Invalid) and refused.code == "invalid_settings"
-    assert [s.id for s in seen] == [strict.id, fine.id] and seen[0].settings == {"max_iterations": 50}
+    assert "this session's setting 'max_iterations': 50 is above this server's maximum of 10" in refused.message
     assert isinstance(queued, Queued) and queued.created and queued.turn.message == "ok"
     assert queued.session.id == fine.id and queued.session.updated_at >= fine.updated_at
     assert await store.list_turns(strict.id) == []
-
-
-async def test_an_admission_check_that_breaks_fails_its_own_submission_only(store: Store) -> None:
-    broken = await store.create_session(name="broken")
-    fine = await store.create_session(name="fine")
-
-    def breaks_on(name: str) -> Callable[[SessionRecord], None]:
-        def check(session: SessionRecord) -> None:
-            if session.name == name:
-                raise RuntimeError("the check itself failed")
-
-        return check
-
-    failed, queued = await store.create_turns(
-        [NewTurn("broken", "a", admit=breaks_on("broken")), NewTurn("fine", "b", admit=breaks_on("broken"))]
-    )
-
-    assert isinstance(failed, RuntimeError)
-    assert isinstance(queued, Queued) and queued.session.id == fine.id
-    assert await store.list_turns(broken.id) == []
 
 
 async def test_a_submission_that_takes_its_turn_decides_with_the_runner_keeping_the_sessions_kernel(
@@ -157,22 +132,13 @@ async def test_a_submission_that_takes_its_turn_decides_with_the_runner_keeping_
     ):
         turn, _ = await store.create_turn(sessions[name].id, "earlier", runner=runner, lease_seconds=10)
         await store.finish_turn(turn.id, status=status, answer="ok")
-    asked: dict[str, str | None] = {}
     commits = counting_commits(store)
 
-    def take_for(name: str) -> Callable[[str | None], bool]:
-        def take(holder: str | None) -> bool:
-            asked[name] = holder
-            return holder in (None, "a:1:x")
-
-        return take
-
     answers = await store.create_turns(
-        [NewTurn(name, "next", runner="a:1:x", lease_seconds=10, take=take_for(name)) for name in names]
+        [NewTurn(name, "next", runner="a:1:x", lease_seconds=10, kernel_affinity=True) for name in names]
     )
 
     assert len(commits) == 1
-    assert asked == {"kept-elsewhere": "b:2:x", "kept-here": "a:1:x", "interrupted": None, "new": None}
     runners = {
         name: answer.turn.runner for name, answer in zip(names, answers, strict=True) if isinstance(answer, Queued)
     }

@@ -51,8 +51,8 @@ from fleet_rlm.service.archive_schema import (
     validated,
 )
 from fleet_rlm.service.files import SessionFiles, media_type_of
-from fleet_rlm.service.overrides import check_session_settings
 from fleet_rlm.store import BlobStore, FileRecord, Invalid, MemoryRecord, SessionRecord, Store, TurnRecord
+from fleet_rlm.store.session_settings import check_session_settings
 
 FORMAT = "fleet-session-archive"
 VERSION = 2

@@ -17,16 +17,11 @@ import logging
 from collections.abc import Awaitable, Callable, Collection
 
 from fleet_rlm.logs import FailureLog
-from fleet_rlm.store import Store, TurnRecord
-from fleet_rlm.store.tables import utcnow
+from fleet_rlm.store import Interrupting, Store, TurnRecord
 
 log = logging.getLogger(__name__)
 
 LAPSED_REASON = "the process running the turn stopped renewing its claim on it (it died or lost the database)"
-
-
-def lapsed(turn: TurnRecord) -> bool:
-    return turn.lease_expires_at is not None and turn.lease_expires_at < utcnow()
 
 
 class LeaseKeeper:
@@ -76,12 +71,8 @@ class LeaseKeeper:
     async def sweep(self) -> None:
         """End the turns whose lease lapsed, except those this process runs: it renews their leases
         itself (a lease of its own lapses only when its event loop stood still longer than a lease)."""
-        running = set(self._running())
-
-        def abandoned(turn: TurnRecord) -> bool:
-            return lapsed(turn) and turn.id not in running
-
-        for turn in await self.store.interrupt_turns(abandoned, LAPSED_REASON, lease_lapsed=True):
+        choice = Interrupting(lease_lapsed=True, sparing=set(self._running()))
+        for turn in await self.store.interrupt_turns(choice, LAPSED_REASON):
             log.warning(
                 "turn %s of session %s: its runner %s let its lease lapse", turn.id, turn.session_id, turn.runner
             )

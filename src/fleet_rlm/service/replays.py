@@ -15,8 +15,8 @@ from fleet_rlm.config import Settings
 from fleet_rlm.engine.identity import config_identity, dependency_identity, program_identity
 from fleet_rlm.engine.turn import HistoryEntry, TurnRequest
 from fleet_rlm.service.files import stored_path
-from fleet_rlm.service.overrides import SESSION_SETTING_KEYS
 from fleet_rlm.store import FileRecord, Invalid
+from fleet_rlm.store.session_settings import SESSION_SETTING_KEYS
 
 SNAPSHOT_VERSION = 1
 CAPTURE_HINT = (

@@ -25,10 +25,8 @@ from fleet_rlm.service.files import SessionFiles, stored_path
 from fleet_rlm.service.kernels import KernelRegistry, KernelStatus
 from fleet_rlm.service.leases import LeaseKeeper
 from fleet_rlm.service.memory import MemoryBook
-from fleet_rlm.service.overrides import check_session_settings
 from fleet_rlm.service.pool import SandboxPool
 from fleet_rlm.service.readiness import Readiness, ReadinessChecks
-from fleet_rlm.service.runners import is_dead, new_runner_id
 from fleet_rlm.service.stored_reads import StoredReads
 from fleet_rlm.service.submissions import SubmissionQueue
 from fleet_rlm.service.turn_processes import TurnProcesses
@@ -41,6 +39,7 @@ from fleet_rlm.store import (
     Conflict,
     Database,
     FileRecord,
+    Interrupting,
     NotFound,
     SessionRecord,
     Store,
@@ -48,6 +47,8 @@ from fleet_rlm.store import (
     TurnRecord,
 )
 from fleet_rlm.store.notify import Channel, Handler, Listener
+from fleet_rlm.store.runners import is_dead, new_runner_id
+from fleet_rlm.store.session_settings import check_session_settings
 from fleet_rlm.store.shared_blobs import DatabaseBlobs
 from fleet_rlm.workspace.kinds import FileKind
 
@@ -177,7 +178,7 @@ class FleetService(TurnOperations):
         self._loop = asyncio.get_running_loop()
         await self.database.migrate()
         self.interrupted_at_start = await self.store.interrupt_turns(
-            lambda turn: turn.runner is not None and is_dead(turn.runner, self.runner), INTERRUPTED_REASON
+            Interrupting(runner_gone_for=self.runner), INTERRUPTED_REASON
         )
         for turn in self.interrupted_at_start:
             log.warning("turn %s of session %s was left %s: now interrupted", turn.id, turn.session_id, "running")

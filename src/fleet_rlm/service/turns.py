@@ -24,9 +24,7 @@ from fleet_rlm.service.execution import TurnExecution, TurnPlan
 from fleet_rlm.service.files import SessionFiles, clean_path
 from fleet_rlm.service.kernels import KernelRegistry
 from fleet_rlm.service.memory import MemoryBook
-from fleet_rlm.service.overrides import check_session_settings, effective_settings
 from fleet_rlm.service.pool import SandboxPool
-from fleet_rlm.service.runners import is_dead
 from fleet_rlm.service.stored_reads import StoredReads
 from fleet_rlm.service.submissions import SubmissionQueue
 from fleet_rlm.service.wakeups import Wakeups, Watch
@@ -43,6 +41,7 @@ from fleet_rlm.store import (
     StoreError,
     TurnRecord,
 )
+from fleet_rlm.store.session_settings import check_session_settings, effective_settings
 
 if TYPE_CHECKING:
     from fleet_rlm.service.tracing import TurnTracer
@@ -130,12 +129,6 @@ class TurnOperations(ABC):
         # wait for a connection); otherwise queued for that process, or whichever has room first.
         room = self.worker is not None and self.worker.reserve()
 
-        def admit(session: SessionRecord) -> None:
-            try:  # stored before a ceiling was lowered, say
-                check_session_settings(session.settings, ceilings)
-            except Invalid as exc:
-                raise Invalid(f"this session's {exc.message}; change it with PATCH", code=exc.code) from exc
-
         def settle(answer: Queued | BaseException) -> None:
             """Start a turn claimed here, or give the room back; even if the caller went away."""
             if self.worker is None:
@@ -157,17 +150,13 @@ class TurnOperations(ABC):
             options=options,
             idempotency_key=idempotency_key,
             runner=self.runner if room else None,
-            take=self._kernel_here_or_nowhere if room and self.kernel_affinity_seconds else None,
+            kernel_affinity=bool(self.kernel_affinity_seconds),
             lease_seconds=self.settings.worker.lease_seconds,
             history=submission.history,
-            admit=admit,
+            ceilings=ceilings,
         )
         queued = await self.submissions.create(new, settle)
         return queued.turn, queued.created
-
-    def _kernel_here_or_nowhere(self, holder: str | None) -> bool:
-        """Whether a session whose kernel ``holder`` keeps (None: nobody) may run here."""
-        return holder is None or holder == self.runner or is_dead(holder, self.runner)
 
     def _run_claimed(self, claimed: Claimed) -> None:
         """Run a turn this process's worker claimed (its room already taken)."""

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Self, cast
 
+from fleet_rlm.config import Ceilings
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.store.errors import Conflict, NotFound
+from fleet_rlm.store.runners import is_dead
+from fleet_rlm.store.tables import utcnow
 
 MAX_INT32 = 2**31 - 1
 """The largest position, sequence number or offset the database holds (PostgreSQL's ``integer``; SQLite
@@ -148,14 +151,14 @@ class FileChanges:
 class NewTurn:
     """A turn to queue in a session (by id or name), as :meth:`fleet_rlm.store.Store.create_turn` takes it.
 
-    ``admit``, if given, is called with the session (as read in the transaction that would queue the
-    turn) before anything else is decided for it; an error it raises (a
-    :class:`~fleet_rlm.store.errors.StoreError` to refuse) is that submission's answer alone, and nothing
-    is queued for it.
+    ``ceilings``, if given, are the server's ceilings the session's stored settings must still be
+    within (a session stored before a ceiling was lowered, say), checked on the session as read in the
+    transaction that would queue the turn: a session past one is that submission's answer alone
+    (:class:`~fleet_rlm.store.errors.Invalid`, naming the setting), and nothing is queued for it.
 
-    ``runner`` claims the turn for that runner as it is queued. ``take``, if given, decides it with the
-    runner keeping the session's kernel (that of its last turn, if it ended other than interrupted;
-    None: none), read in the same transaction: False queues the turn unclaimed instead."""
+    ``runner`` claims the turn for that runner as it is queued. With ``kernel_affinity`` only while no
+    other live runner keeps the session's kernel (that of its last turn, if it ended other than
+    interrupted), read in the same transaction; otherwise the turn is queued unclaimed instead."""
 
     session_ref: str
     message: str
@@ -166,8 +169,35 @@ class NewTurn:
     lease_seconds: float | None = None
     history: list[tuple[str, str | None]] | None = None
     turn_id: str | None = None
-    admit: Callable[[SessionRecord], None] | None = None
-    take: Callable[[str | None], bool] | None = None
+    ceilings: Ceilings | None = None
+    kernel_affinity: bool = False
+
+
+@dataclass(frozen=True)
+class Interrupting:
+    """Which active turns :meth:`fleet_rlm.store.Store.interrupt_turns` ends ``interrupted``: those that
+    meet every condition given.
+
+    ``turn_ids``: only these. ``runner_gone_for``: only those whose runner is certainly gone, as judged
+    from this runner (:func:`fleet_rlm.store.runners.is_dead`: a process on its host that is gone; a turn
+    nobody claimed has no runner to be gone). ``lease_lapsed``: only those whose runner's lease lapsed. ``sparing``:
+    never these (the turns the caller runs, whose leases it renews itself)."""
+
+    turn_ids: Collection[str] | None = None
+    runner_gone_for: str | None = None
+    lease_lapsed: bool = False
+    sparing: Collection[str] = ()
+
+    def chooses(self, turn: TurnRecord) -> bool:
+        if self.turn_ids is not None and turn.id not in self.turn_ids:
+            return False
+        if self.runner_gone_for is not None and not (
+            turn.runner is not None and is_dead(turn.runner, self.runner_gone_for)
+        ):
+            return False
+        if self.lease_lapsed and not (turn.lease_expires_at is not None and turn.lease_expires_at < utcnow()):
+            return False
+        return turn.id not in self.sparing
 
 
 class Queued(NamedTuple):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import AsyncIterable, Callable, Collection, Sequence
+from collections.abc import AsyncIterable, Collection, Sequence
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
@@ -34,6 +34,7 @@ from fleet_rlm.store.notify import Channel, notify
 from fleet_rlm.store.records import (
     FileChanges,
     FileRecord,
+    Interrupting,
     MemoryRecord,
     NewTurn,
     ProgramRecord,
@@ -419,23 +420,21 @@ class Store(FileQueries, EventQueries, MemoryQueries, EvalQueries, LeaseQueries)
             set_committed_value(rows[turn_id], "status", TurnStatus.RUNNING)
         return set(ids)
 
-    async def interrupt_turns(
-        self, should_interrupt: Callable[[TurnRecord], bool], reason: str, *, lease_lapsed: bool = False
-    ) -> list[TurnRecord]:
-        """Mark active turns chosen by ``should_interrupt`` interrupted, each with a terminal
+    async def interrupt_turns(self, choice: Interrupting, reason: str) -> list[TurnRecord]:
+        """Mark the active turns ``choice`` chooses interrupted, each with a terminal
         ``turn.interrupted`` event after its last stored event. The choice is made again on the turn as
         locked for the change, so a turn that changed meanwhile (ended, or its lease renewed) is left.
-        With ``lease_lapsed`` only the turns whose lease lapsed are read to be chosen from (the periodic
-        sweep's case: it reads none while every runner keeps its leases)."""
+        With ``choice.lease_lapsed`` only the turns whose lease lapsed are read to be chosen from (the
+        periodic sweep's case: it reads none while every runner keeps its leases)."""
         interrupted: list[TurnRecord] = []
-        for turn in await self.active_turns(lease_lapsed=lease_lapsed):
-            if not should_interrupt(turn):
+        for turn in await self.active_turns(lease_lapsed=choice.lease_lapsed):
+            if not choice.chooses(turn):
                 continue
             async with self.db.write() as session:
                 # FOR UPDATE: waits for any transaction storing events of the turn (it holds the turn's key), so
                 # the last seq read below is final; one storing them later sees the turn ended.
                 row = await session.get(TurnRow, turn.id, with_for_update=True, populate_existing=True)
-                if row is None or row.status not in ACTIVE_STATUSES or not should_interrupt(TurnRecord.of(row)):
+                if row is None or row.status not in ACTIVE_STATUSES or not choice.chooses(TurnRecord.of(row)):
                     continue
                 last = await session.scalar(select(func.max(EventRow.seq)).where(EventRow.turn_id == turn.id))
                 first = (

@@ -20,6 +20,8 @@ from fleet_rlm.protocol.status import ACTIVE_STATUSES, TurnStatus
 from fleet_rlm.store.errors import Conflict, Invalid, NotFound
 from fleet_rlm.store.leases import kernel_kept_by, lease_end
 from fleet_rlm.store.records import NewTurn, Queued, SessionRecord, TurnRecord
+from fleet_rlm.store.runners import kernel_free
+from fleet_rlm.store.session_settings import check_session_settings
 from fleet_rlm.store.tables import SessionRow, TurnRow, utcnow
 
 Created = Queued | Exception
@@ -123,11 +125,11 @@ async def create_together(session: AsyncSession, news: Sequence[NewTurn]) -> tup
         if sess is None:
             answers.append(NotFound("session", new.session_ref))
             continue
-        if new.admit is not None:
+        if new.ceilings is not None:
             try:
-                new.admit(SessionRecord.of(sess))
-            except Exception as refused:  # a refusal (or a failing check) is its submission's answer alone
-                answers.append(refused)
+                check_session_settings(sess.settings, new.ceilings)
+            except Invalid as refused:  # its submission's answer alone
+                answers.append(Invalid(f"this session's {refused.message}; change it with PATCH", code=refused.code))
                 continue
         if new.idempotency_key is not None and (prior := batch.keyed.get((sess.id, new.idempotency_key))):
             answers.append(reused_key(new, prior) or (prior, False, sess))
@@ -137,7 +139,7 @@ async def create_together(session: AsyncSession, news: Sequence[NewTurn]) -> tup
             continue
         position = batch.last.get(sess.id, 0) + 1
         runner = new.runner
-        if runner is not None and new.take is not None and not new.take(batch.kernel_holders.get(sess.id)):
+        if runner is not None and new.kernel_affinity and not kernel_free(batch.kernel_holders.get(sess.id), runner):
             runner = None  # queued for whoever claims it: the process keeping the session's kernel, first
         row = new_turn_row(new, sess.id, position, runner)
         session.add(row)

@@ -44,3 +44,9 @@ def is_dead(runner: str | None, me: str) -> bool:
     if host != my_host and host != my_host.split("/")[0]:  # an id from before namespaces were named: this host
         return False
     return pid == os.getpid() or not pid_alive(pid)
+
+
+def kernel_free(holder: str | None, runner: str) -> bool:
+    """Whether ``runner`` may run a session whose kernel ``holder`` keeps (None: nobody): it keeps it
+    itself, or nobody alive does."""
+    return holder is None or holder == runner or is_dead(holder, runner)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fleet_rlm.service.runners import is_dead, new_runner_id, this_host
+from fleet_rlm.store.runners import is_dead, new_runner_id, this_host
 
 HOST = this_host()
 

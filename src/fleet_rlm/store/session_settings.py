@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from fleet_rlm.config import Ceilings, Settings, setting_field
-from fleet_rlm.store import Invalid
+from fleet_rlm.store.errors import Invalid
 
 SESSION_SETTING_KEYS = (
     "mode",
