@@ -6,7 +6,7 @@ ratios for:
 - cold start: create a sandbox and run its first execution, every limit on vs every limit off
   (``--breakdown`` adds each protection alone);
 - teardown: ``shutdown()`` of a started sandbox (kill every process, unmount /tmp, remove cgroups);
-- warm pool: from asking :class:`~fleet_rlm.service.pool.SandboxPool` for a sandbox to its first
+- warm pool: from asking :class:`~fleet_rlm.service.kernels.pool.SandboxPool` for a sandbox to its first
   execution's result, with the sandbox started ahead of need, limits on vs off.
 
 Target: the pool hides the limits' set-up: a warm lease with every limit on takes at most a tenth of
@@ -27,7 +27,7 @@ from pathlib import Path
 from fleet_rlm.sandbox.base import SandboxLimits, SandboxSpec
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.sandbox.protections import ProtectionOptions
-from fleet_rlm.service.pool import Lease, SandboxPool
+from fleet_rlm.service.kernels.pool import Lease, SandboxPool
 
 ALL_ON = ProtectionOptions()
 ALL_OFF = ProtectionOptions(cgroups=False, sized_tmp=False, seccomp=False)

@@ -64,7 +64,7 @@ import psutil
 from fleet_rlm.models.scripted import ScriptedModel, ScriptedModelServer, rlm_step
 from fleet_rlm.sandbox.base import SandboxLimits
 from fleet_rlm.sandbox.local import LocalSandboxBackend
-from fleet_rlm.service.pool import SandboxPool
+from fleet_rlm.service.kernels.pool import SandboxPool
 from fleet_rlm.testing.sse import aevent_frames
 
 STEP_MARK = "load-bench-step"

@@ -28,7 +28,7 @@ from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.tracing import TurnTracer, tracer_from_settings
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 from fleet_rlm.testing.otlp import OtlpReceiver
 from fleet_rlm.testing.settings import scripted_settings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.sandbox.kernel_code import MAX_VARIABLES, KernelVariableInfo, parse_report
-from fleet_rlm.service.kernel_text import MAX_KERNEL_TEXT, live_text
+from fleet_rlm.service.kernels.text import MAX_KERNEL_TEXT, live_text
 from fleet_rlm.testing.settings import SettingsFactory
 from tests.api.server import server_in_thread
 

@@ -8,7 +8,7 @@ import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, fields_reply, rlm_step
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 from fleet_rlm.store import Database, TurnRecord
 from fleet_rlm.testing.settings import SettingsFactory
 from tests.store.databases import database_url, postgres_databases

@@ -22,7 +22,7 @@ from fleet_rlm.models.scripted import Reply, ScriptedModelServer, fields_reply, 
 from fleet_rlm.quality.labels import label_turn
 from fleet_rlm.quality.optimize import approve, optimize
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 from fleet_rlm.store import Conflict, Database, Invalid
 
 from .conftest import JUDGE, TOTAL_CODE, captured_turn, judge_says

@@ -17,7 +17,7 @@ from fleet_rlm.engine.program import FleetTask, ProgramSpec
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.quality.optimize import approve
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 from fleet_rlm.store import Conflict, Database, Invalid, NotFound
 from fleet_rlm.store.tables import ProgramRow
 from fleet_rlm.testing.cli import run_fleet, scripted_env

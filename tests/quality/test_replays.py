@@ -13,9 +13,9 @@ from fleet_rlm.engine.identity import config_identity, program_identity
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.quality.labels import label_turn
 from fleet_rlm.quality.replay import ReplayUnavailable, replay
-from fleet_rlm.service.replays import ReplaySnapshot
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.replays import ReplaySnapshot
+from fleet_rlm.service.turns.service import TurnSubmission
 from fleet_rlm.store import Conflict, Database, Invalid, NotFound
 from fleet_rlm.testing.settings import SettingsFactory
 

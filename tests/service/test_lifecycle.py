@@ -16,11 +16,11 @@ from fleet_rlm.engine.program import FleetTask, ProgramSpec
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.sandbox import registry
-from fleet_rlm.service import turns
-from fleet_rlm.service.pool import LIFECYCLE_THREADS
+from fleet_rlm.service.kernels.pool import LIFECYCLE_THREADS
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.stored_reads import Read
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns import service as turns
+from fleet_rlm.service.turns.service import TurnSubmission
+from fleet_rlm.service.turns.stored_reads import Read
 from fleet_rlm.store import Conflict, Database, NotFound, Store, TurnCommit, TurnRecord
 from fleet_rlm.store.runners import this_host
 from fleet_rlm.testing.backends import HeldStartBackend

@@ -12,7 +12,7 @@ from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
 from fleet_rlm.service.memory import render_memories
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 from fleet_rlm.store import Database, MemoryRecord
 from fleet_rlm.testing.settings import SettingsFactory
 

@@ -11,7 +11,7 @@ from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
 from fleet_rlm.service.memory import BadMemoryText
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 
 pytestmark = pytest.mark.anyio
 

@@ -16,14 +16,13 @@ from sqlalchemy import func, select, update
 from fleet_rlm.config import ConfigError
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 from fleet_rlm.store import Database
 from fleet_rlm.store.shared_blobs import BlobMismatch
 from fleet_rlm.store.tables import BlobChunkRow
 from fleet_rlm.testing.settings import scripted_settings
+from tests.service.scaleout.test_queue import Processes, on_a_new_database
 from tests.store.databases import PostgresDatabases
-
-from .test_queue import Processes, on_a_new_database
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 

@@ -14,7 +14,7 @@ from fleet_rlm.clients.cli.app import app
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 from fleet_rlm.skills.frontmatter import SkillFormatError, parse_skill_md
 from fleet_rlm.testing.skills import write_skill
 

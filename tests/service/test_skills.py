@@ -8,7 +8,7 @@ import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 
 pytestmark = pytest.mark.anyio
 

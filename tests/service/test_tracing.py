@@ -23,7 +23,7 @@ from fleet_rlm.models.scripted import Reply, ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
 from fleet_rlm.service.service import FleetService, configured_tracer
 from fleet_rlm.service.tracing import OtelBackend, TurnTracer
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 from fleet_rlm.store import Database, TurnRecord
 from fleet_rlm.testing.otlp import OtlpReceiver
 from fleet_rlm.testing.settings import SettingsFactory, scripted_settings

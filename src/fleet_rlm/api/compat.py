@@ -35,7 +35,7 @@ from fleet_rlm.protocol.events import Event, EventType
 from fleet_rlm.protocol.routes import Mode
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 from fleet_rlm.store import SessionRecord, StoreError, TurnRecord
 
 MODEL = "fleet-rlm"

@@ -27,7 +27,7 @@ from fleet_rlm.protocol.events import EventType
 from fleet_rlm.protocol.routes import Mode
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 from fleet_rlm.store import FileRecord, SessionRecord, StoreError, TooLarge
 
 MAX_READ_BYTES = 8 * 1024 * 1024

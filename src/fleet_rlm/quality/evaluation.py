@@ -25,9 +25,9 @@ from fleet_rlm.protocol.events import new_id
 from fleet_rlm.quality.labels import expectations_of
 from fleet_rlm.quality.metric import FleetMetric, build_fleet_metric, usage_measured
 from fleet_rlm.quality.replay import ReplayResult, ReplayUnavailable, replay
-from fleet_rlm.service.programs import served_program
-from fleet_rlm.service.replays import ReplaySnapshot
 from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns.programs import served_program
+from fleet_rlm.service.turns.replays import ReplaySnapshot
 from fleet_rlm.store import LabelRecord
 
 Progress = Callable[[int, int], None]

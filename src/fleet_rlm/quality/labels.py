@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from fleet_rlm.quality.expectations import Expectations
-from fleet_rlm.service.replays import CAPTURE_HINT
 from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns.replays import CAPTURE_HINT
 from fleet_rlm.store import Invalid, LabelRecord, NotFound
 
 GROUP = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

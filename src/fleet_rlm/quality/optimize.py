@@ -30,9 +30,9 @@ from fleet_rlm.quality.evaluation import EvalRow, example_of, score_label
 from fleet_rlm.quality.gate import VALIDATION_PASSES, Condition, Validation, gate
 from fleet_rlm.quality.metric import FleetMetric, build_fleet_metric
 from fleet_rlm.quality.student import FleetStudent, Replayer, builtin_extract_instructions, changed_parts
-from fleet_rlm.service.programs import program_of, served_program
-from fleet_rlm.service.replays import ReplaySnapshot
 from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns.programs import program_of, served_program
+from fleet_rlm.service.turns.replays import ReplaySnapshot
 from fleet_rlm.store import Conflict, Invalid, LabelRecord, ProgramRecord
 
 GEPA_BUDGETS = ("light", "medium", "heavy")

@@ -18,9 +18,9 @@ from fleet_rlm.engine.program import ProgramSpec
 from fleet_rlm.engine.turn import TurnOutcome, build_turn
 from fleet_rlm.protocol.events import Event, new_id
 from fleet_rlm.service.memory import MEMORY_FILE
-from fleet_rlm.service.programs import served_program
-from fleet_rlm.service.replays import ReplaySnapshot
 from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns.programs import served_program
+from fleet_rlm.service.turns.replays import ReplaySnapshot
 
 MAX_ARTIFACT_BYTES = 1024 * 1024
 """Bytes of an artifact read back for its content checks; a larger one is checked as absent text."""

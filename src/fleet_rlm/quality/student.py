@@ -21,8 +21,8 @@ from fleet_rlm.engine.modes.flex import FLEX_MODULE
 from fleet_rlm.engine.program import FleetTask, ProgramSpec, build_rlm
 from fleet_rlm.protocol.events import EventType
 from fleet_rlm.quality.replay import ReplayResult, replay
-from fleet_rlm.service.replays import ReplaySnapshot
 from fleet_rlm.service.service import FleetService
+from fleet_rlm.service.turns.replays import ReplaySnapshot
 
 
 class _NoInterpreter:

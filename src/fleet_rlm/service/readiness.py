@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from fleet_rlm.config.sections import LMSettings
 from fleet_rlm.models.endpoint import probe_endpoint
 from fleet_rlm.sandbox.base import BackendCheck, SandboxBackend
-from fleet_rlm.service.pool import SandboxPool
+from fleet_rlm.service.kernels.pool import SandboxPool
 from fleet_rlm.store.database import Database
 
 SANDBOX_CHECK_TTL_SECONDS = 60.0

@@ -17,23 +17,23 @@ from fleet_rlm.config import ConfigError, Settings
 from fleet_rlm.protocol.ids import is_session_id
 from fleet_rlm.sandbox.base import SandboxBackend, SandboxLimits, SandboxUnavailable
 from fleet_rlm.sandbox.registry import configured_backend
-from fleet_rlm.service import archive
-from fleet_rlm.service.channel import FOLLOW_BATCH, ChannelRegistry
-from fleet_rlm.service.engines import OwnThreads, TurnEngine
-from fleet_rlm.service.execution import TurnExecution
+from fleet_rlm.service.archive import sessions as archive
 from fleet_rlm.service.files import SessionFiles, stored_path
-from fleet_rlm.service.kernels import KernelRegistry, KernelStatus
-from fleet_rlm.service.leases import LeaseKeeper
+from fleet_rlm.service.kernels.pool import SandboxPool
+from fleet_rlm.service.kernels.registry import KernelRegistry, KernelStatus
 from fleet_rlm.service.memory import MemoryBook
-from fleet_rlm.service.pool import SandboxPool
 from fleet_rlm.service.readiness import Readiness, ReadinessChecks
-from fleet_rlm.service.stored_reads import StoredReads
-from fleet_rlm.service.submissions import SubmissionQueue
-from fleet_rlm.service.turn_processes import TurnProcesses
-from fleet_rlm.service.turns import TurnOperations
-from fleet_rlm.service.wakeups import Wakeups
-from fleet_rlm.service.worker import TurnWorker
-from fleet_rlm.service.writer import EventJournal
+from fleet_rlm.service.scaleout.leases import LeaseKeeper
+from fleet_rlm.service.scaleout.wakeups import Wakeups
+from fleet_rlm.service.scaleout.worker import TurnWorker
+from fleet_rlm.service.turns.channel import FOLLOW_BATCH, ChannelRegistry
+from fleet_rlm.service.turns.engines import OwnThreads, TurnEngine
+from fleet_rlm.service.turns.execution import TurnExecution
+from fleet_rlm.service.turns.journal import EventJournal
+from fleet_rlm.service.turns.processes import TurnProcesses
+from fleet_rlm.service.turns.service import TurnOperations
+from fleet_rlm.service.turns.stored_reads import StoredReads
+from fleet_rlm.service.turns.submissions import SubmissionQueue
 from fleet_rlm.store import (
     BlobStore,
     Conflict,

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fleet_rlm.api.deps import Service
 from fleet_rlm.api.errors import ErrorBody, Responses
 from fleet_rlm.api.schemas import KernelOut
-from fleet_rlm.service.kernels import KernelStatus
+from fleet_rlm.service.kernels.registry import KernelStatus
 
 router = APIRouter(tags=["kernels"])
 NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such session"}}

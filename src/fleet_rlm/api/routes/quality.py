@@ -24,7 +24,7 @@ from fleet_rlm.api.text import Text
 from fleet_rlm.quality.labels import expectations_from, label_turn
 from fleet_rlm.quality.optimize import approve
 from fleet_rlm.quality.runs import QualityRuns
-from fleet_rlm.service.programs import served_program
+from fleet_rlm.service.turns.programs import served_program
 
 router = APIRouter(tags=["evaluation"])
 LABEL_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such label (label_not_found)"}}

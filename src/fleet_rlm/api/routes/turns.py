@@ -11,7 +11,7 @@ from fleet_rlm.api.errors import ErrorBody, Responses
 from fleet_rlm.api.event_schemas import EVENT_STREAM_RESPONSE
 from fleet_rlm.api.schemas import MAX_INT32, StreamTicket, TurnCreate, TurnOut, TurnPage
 from fleet_rlm.api.sse import LAST_EVENT_ID_RULE, event_stream, last_event_seq, wants_event_stream
-from fleet_rlm.service.turns import TurnSubmission
+from fleet_rlm.service.turns.service import TurnSubmission
 
 router = APIRouter(tags=["turns"])
 TURN_LINKS = {

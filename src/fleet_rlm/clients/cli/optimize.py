@@ -51,7 +51,7 @@ def optimize_command(
     if rollback:
 
         async def rolling_back(service: FleetService) -> tuple[str, str]:
-            from fleet_rlm.service.programs import served_program
+            from fleet_rlm.service.turns.programs import served_program
 
             retired = await service.store.retire_active_program()
             return retired.version, (await served_program(service.store)).version
@@ -86,7 +86,7 @@ def _search(console: Console, session: str | None, budget: str | None, calls: in
 
 def _list(console: Console, as_json: bool) -> None:
     async def listing(service: FleetService) -> tuple[list[dict[str, Any]], str]:
-        from fleet_rlm.service.programs import served_program
+        from fleet_rlm.service.turns.programs import served_program
 
         serving = (await served_program(service.store)).version
         rows = [

@@ -29,7 +29,7 @@ def worker_command(
     from fleet_rlm.clients.cli.preparing import prepare_backend
     from fleet_rlm.sandbox.base import SandboxUnavailable
     from fleet_rlm.sandbox.registry import configured_backend
-    from fleet_rlm.service.worker_process import check_worker_database, run_worker
+    from fleet_rlm.service.scaleout.worker_process import check_worker_database, run_worker
     from fleet_rlm.store import Database
 
     try:

@@ -1,0 +1,1 @@
+"""A session's portable archive: exported, read and imported."""

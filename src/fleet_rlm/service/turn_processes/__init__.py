@@ -1,6 +1,0 @@
-"""Turns whose engine runs in processes of their own (``worker.turn_processes``): see
-:mod:`fleet_rlm.service.turn_processes.processes`."""
-
-from fleet_rlm.service.turn_processes.processes import TurnProcesses
-
-__all__ = ["TurnProcesses"]

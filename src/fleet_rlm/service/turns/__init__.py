@@ -1,0 +1,1 @@
+"""Turns as the service runs them: submitted, executed, journaled and followed."""
