@@ -3,7 +3,8 @@
 Code left running in a session's kernel watches ``.kernel/`` with inotify and, the moment the host
 opens the snapshot, appends 200 MiB of dense bytes to it (no hole: the sparse check cannot refuse it,
 only the bounded read): through a real ``fleet serve`` with the scripted model, the host stores
-nothing over the budget, logs why, and after a restart the fresh kernel says the state was lost. A session with an ordinary snapshot, beside it, gets its variables back.
+nothing over the budget, logs why, and after a restart the fresh kernel says the state was lost. A
+session with an ordinary snapshot, beside it, gets its variables back.
 """
 
 from __future__ import annotations
@@ -49,9 +50,13 @@ SUBMIT(answer='watching')
 """
 
 
-def test_a_snapshot_grown_while_the_host_copies_it_is_refused_and_its_state_reported_lost(
+def test_a_snapshot_grown_while_the_host_copies_it_is_never_stored_past_its_budget(
     fleet_serve: StartServer, model_server: ScriptedModelServer, home: Path, tmp_path: Path
 ) -> None:
+    """The watcher and the host's copy race: the watcher almost always grows the file before the copy
+    reaches its end, and the snapshot is refused (its state reported lost after a restart); on a
+    loaded machine the copy may finish first, and the snapshot the kernel wrote, within its budget, is
+    kept. Either way nothing past the budget is ever stored."""
     first = fleet_serve(FLEET_SANDBOX_KERNEL_SNAPSHOT_MB="64")
     model_server.script_for_task("root", "grow", rlm_step("Watch.", GROW_ON_OPEN))
     model_server.script_for_task("root", "keep", rlm_step("Keep.", "rows = [1, 2, 3]\nSUBMIT(answer='kept')"))
@@ -62,11 +67,13 @@ def test_a_snapshot_grown_while_the_host_copies_it_is_refused_and_its_state_repo
         assert run_turn(client, "good", "keep")["answer"] == "kept"
         evil = client.get("/sessions/evil/kernel").json()  # waits for the snapshot to be taken
         good = client.get("/sessions/good/kernel").json()
-    assert allocated(home / "sessions") < MIB  # nothing of the 60 MiB taken, let alone the 260
-    assert evil["snapshot"] is None
+    assert allocated(home / "sessions") < 65 * MIB  # the budget and its framing, never the 260 MiB
+    refused = evil["snapshot"] is None
+    if refused:
+        assert allocated(home / "sessions") < MIB  # nothing of the 60 MiB taken
     assert good["snapshot"]["saved"] == ["rows"]
     first.stop()
-    assert "while it was copied out" in (tmp_path / "serve-0.log").read_text()
+    assert ("while it was copied out" in (tmp_path / "serve-0.log").read_text()) is refused
 
     second = fleet_serve(FLEET_SANDBOX_KERNEL_SNAPSHOT_MB="64")
     model_server.script_for_task("root", "look", rlm_step("Look.", "SUBMIT(answer=str('payload' in globals()))"))
@@ -75,10 +82,13 @@ def test_a_snapshot_grown_while_the_host_copies_it_is_refused_and_its_state_repo
         looked = run_turn(client, "evil", "look")
         summed = run_turn(client, "good", "sum")
 
-    assert looked["status"] == "completed" and looked["answer"] == "False"
+    assert looked["status"] == "completed" and looked["answer"] == str(not refused)
     [restored] = events_of(looked, "kernel.restored")
-    assert restored["restored"] == []
-    assert {"name": "payload", "reason": "no snapshot holds it"} in restored["lost"]
+    if refused:
+        assert restored["restored"] == []
+        assert {"name": "payload", "reason": "no snapshot holds it"} in restored["lost"]
+    else:
+        assert "payload" in restored["restored"]
     assert summed["status"] == "completed" and summed["answer"] == "6"
     [kept] = events_of(summed, "kernel.restored")
     assert kept["restored"] == ["rows"]
