@@ -44,14 +44,14 @@ async def one_turn(settings: Any, iterations: int) -> tuple[float, list[Event]]:
     fleet = FleetService(settings)
     await fleet.start()
     try:
-        await fleet.create_session(name="bench")
+        await fleet.sessions.create(name="bench")
         started = time.perf_counter()
-        turn, _ = await fleet.submit_turn("bench", TurnSubmission(message="count", max_iterations=iterations + 1))
-        done = await fleet.wait_for_turn(turn.id)
+        turn, _ = await fleet.turns.submit("bench", TurnSubmission(message="count", max_iterations=iterations + 1))
+        done = await fleet.turns.wait(turn.id)
         elapsed = time.perf_counter() - started
         if done.status != "completed" or done.usage.get("iterations") != iterations:
             raise SystemExit(f"benchmark turn {done.status} after {done.usage.get('iterations')}: {done.error}")
-        events = await fleet.store.events_after(turn.id)
+        events = await fleet.parts.store.events_after(turn.id)
         return elapsed / iterations, events
     finally:
         await fleet.stop()

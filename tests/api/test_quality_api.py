@@ -52,7 +52,7 @@ def add_candidate(settings: Any, *, passed: bool) -> str:
         service = FleetService(settings, database=Database(str(settings.database_url)))
         await service.start(run_turns=False)
         try:
-            version = await service.store.next_program_version()
+            version = await service.parts.store.next_program_version()
             program = ProgramSpec(version=version, generate_action=f"{FleetTask.instructions}\n\nBe brief.")
             report = {
                 "identities": {
@@ -67,7 +67,7 @@ def add_candidate(settings: Any, *, passed: bool) -> str:
                     "conditions": [{"name": "dev-improved", "passed": passed, "detail": "0.95 vs 0.90"}],
                 },
             }
-            await service.store.add_program(version, program.canonical_bytes().decode(), program.sha256, report)
+            await service.parts.store.add_program(version, program.canonical_bytes().decode(), program.sha256, report)
             return version
         finally:
             await service.stop()

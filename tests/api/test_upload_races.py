@@ -19,22 +19,22 @@ from .server import server_in_thread
 
 
 def hold_while_copying(service: FleetService, gate: Gate) -> None:
-    copy = service.blobs.put_stream
+    copy = service.parts.blobs.put_stream
 
     def held(session_id: str, source: Any, limit: int | None = None) -> tuple[str, int]:
         return copy(session_id, GatedReader(source, gate), limit)
 
-    service.blobs.put_stream = held  # type: ignore[method-assign]
+    service.parts.blobs.put_stream = held  # type: ignore[method-assign]
 
 
 def hold_before_recording(service: FleetService, gate: Gate) -> None:
-    record = service.store.put_file
+    record = service.parts.store.put_file
 
     async def held(*args: Any) -> Any:
         await asyncio.to_thread(gate.hold)
         return await record(*args)
 
-    service.store.put_file = held  # type: ignore[method-assign]
+    service.parts.store.put_file = held  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize("hold", [hold_while_copying, hold_before_recording])

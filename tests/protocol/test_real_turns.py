@@ -273,8 +273,8 @@ async def test_turns_interrupted_or_cancelled_while_queued_keep_the_schema(
     service = FleetService(settings, database=Database(url))
     await service.start()
     running, queued = await a_turn_running_and_one_waiting(service, model_server)
-    await service.cancel_turn(queued.id)
-    assert (await service.wait_for_turn(queued.id)).status == "cancelled"
+    await service.turns.cancel(queued.id)
+    assert (await service.turns.wait(queued.id)).status == "cancelled"
     await service.stop()  # the running turn is interrupted by the shutdown
 
     # A turn left running by a process that died is interrupted when the next one starts up.

@@ -56,11 +56,11 @@ async def captured_turn(
     capture: bool = True,
 ) -> TurnRecord:
     """A finished turn of ``session`` (created with sales.csv when new), captured unless told not to."""
-    if session not in {s.name for s in await service.list_sessions(limit=1000)}:
-        await service.create_session(name=session, settings={"capture_replays": capture})
-        await service.upload_file(session, "sales.csv", io.BytesIO(SALES))
+    if session not in {s.name for s in await service.sessions.recent(limit=1000)}:
+        await service.sessions.create(name=session, settings={"capture_replays": capture})
+        await service.files.upload(session, "sales.csv", io.BytesIO(SALES))
     model_server.script("root", rlm_step("Sum it.", code))
-    turn, _ = await service.submit_turn(session, TurnSubmission(message=message))
-    done = await service.wait_for_turn(turn.id)
+    turn, _ = await service.turns.submit(session, TurnSubmission(message=message))
+    done = await service.turns.wait(turn.id)
     assert done.status == "completed", done.error
     return done

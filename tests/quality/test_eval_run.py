@@ -34,10 +34,10 @@ async def test_an_eval_run_replays_every_label_and_reports_each_score(
     model_server.script_for_task("root", "alpha", rlm_step("Sum.", TOTAL_CODE))
     model_server.script_for_task("root", "beta", rlm_step("Guess.", "SUBMIT(answer='about 300')"))
     gone = turns["gamma"].session_id
-    service.blobs.path(gone, hashlib.sha256(SALES).hexdigest()).unlink()  # gamma cannot be restored
+    service.parts.blobs.path(gone, hashlib.sha256(SALES).hexdigest()).unlink()  # gamma cannot be restored
     model_server.script(JUDGE, judge_says(True))
     progress: list[tuple[int, int]] = []
-    labels = await service.store.list_labels()
+    labels = await service.parts.store.list_labels()
     report = await run_eval(service, labels, on_progress=lambda done, total: progress.append((done, total)))
     rows = {row.group: row for row in report.rows}
     assert [row.turn_id for row in report.rows] == [label.turn_id for label in labels]  # the labels' order

@@ -50,18 +50,18 @@ async def test_label_ls_and_rm(service: FleetService, model_server: ScriptedMode
     assert (checks.value, checks.tolerance, checks.route, checks.delegation) == (250, 0.5, "rlm", False)
     assert checks.artifacts[0].path == "artifacts/total.txt"
     second = await label_turn(service, other.id, answer="250", group="finance", benchmark=True)
-    assert [x.id for x in await service.store.list_labels()] == [label.id, second.id]
-    assert [x.id for x in await service.store.list_labels(groups=["finance"])] == [second.id]
-    assert (await service.store.get_label(turn.id)).id == label.id  # by the turn's id too
+    assert [x.id for x in await service.parts.store.list_labels()] == [label.id, second.id]
+    assert [x.id for x in await service.parts.store.list_labels(groups=["finance"])] == [second.id]
+    assert (await service.parts.store.get_label(turn.id)).id == label.id  # by the turn's id too
     with pytest.raises(Conflict, match="labeled already; remove its label first") as taken:
         await label_turn(service, turn.id, answer="again")
     assert taken.value.code == "label_exists"
-    assert (await service.store.delete_label(label.id)).turn_id == turn.id
-    assert [x.id for x in await service.store.list_labels()] == [second.id]
+    assert (await service.parts.store.delete_label(label.id)).turn_id == turn.id
+    assert [x.id for x in await service.parts.store.list_labels()] == [second.id]
     with pytest.raises(NotFound, match="no label"):
-        await service.store.delete_label(label.id)
-    await service.delete_session("sales")  # a session's labels go with it
-    assert await service.store.list_labels() == []
+        await service.parts.store.delete_label(label.id)
+    await service.sessions.delete("sales")  # a session's labels go with it
+    assert await service.parts.store.list_labels() == []
 
 
 async def test_bad_labels_are_refused_naming_what_is_wrong(
@@ -91,7 +91,7 @@ async def test_bad_labels_are_refused_naming_what_is_wrong(
         with pytest.raises(Invalid, match=message) as refused:
             load_expectations(text)
         assert refused.value.code == "invalid_expectations"
-    assert await service.store.list_labels() == []
+    assert await service.parts.store.list_labels() == []
 
 
 def test_values_read_as_numbers_when_they_are_numbers() -> None:

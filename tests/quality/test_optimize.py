@@ -129,13 +129,13 @@ async def test_gepa_finds_the_hint_the_gate_passes_and_approval_serves_it(
     assert "gate PASSED" in markdown and "| critical-holdout-passes | pass |" in markdown
     assert json.loads(run.json_report.read_text())["candidate"]["sha256"] == run.program.sha256
 
-    before, _ = await service.submit_turn("alpha", TurnSubmission(message="Total, please?"))
-    assert (await service.wait_for_turn(before.id)).program_version == "builtin"  # inactive until approved
+    before, _ = await service.turns.submit("alpha", TurnSubmission(message="Total, please?"))
+    assert (await service.turns.wait(before.id)).program_version == "builtin"  # inactive until approved
 
     approved = await approve(service, "v1")
     assert approved.status == "approved"
-    turn, _ = await service.submit_turn("alpha", TurnSubmission(message="Total now?"))
-    done = await service.wait_for_turn(turn.id)
+    turn, _ = await service.turns.submit("alpha", TurnSubmission(message="Total now?"))
+    done = await service.turns.wait(turn.id)
     assert done.status == "completed" and done.answer == "The total revenue is 250."
     assert done.program_version == "v1"
     with pytest.raises(Conflict, match="is approved, not a candidate"):
@@ -162,7 +162,7 @@ async def test_a_candidate_that_breaks_a_critical_holdout_case_fails_the_gate(
         Invalid, match=r"did not pass the gate \(no-quality-regression, critical-holdout-passes failed\)"
     ):
         await approve(service, run.program.version)
-    assert (await service.store.active_program()) is None
+    assert (await service.parts.store.active_program()) is None
 
 
 async def test_missing_usage_is_not_promotable(fleet: Callable[..., Any], model_server: ScriptedModelServer) -> None:

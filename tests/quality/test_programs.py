@@ -42,19 +42,19 @@ def passing_report(service: FleetService, program: ProgramSpec, incumbent: str =
 
 
 async def candidate(service: FleetService, text: str = MARK, **report_changes: Any) -> str:
-    version = await service.store.next_program_version()
+    version = await service.parts.store.next_program_version()
     program = ProgramSpec(version=version, generate_action=f"{FleetTask.instructions}\n\n{text}")
     report = {**passing_report(service, program), **report_changes}
-    await service.store.add_program(version, program.canonical_bytes().decode(), program.sha256, report)
+    await service.parts.store.add_program(version, program.canonical_bytes().decode(), program.sha256, report)
     return version
 
 
 async def run_turn(service: FleetService, model_server: ScriptedModelServer) -> tuple[str | None, str]:
-    if "p" not in {s.name for s in await service.list_sessions()}:
-        await service.create_session(name="p")
+    if "p" not in {s.name for s in await service.sessions.recent()}:
+        await service.sessions.create(name="p")
     model_server.script("root", rlm_step("Answer.", "SUBMIT(answer='ok')"))
-    turn, _ = await service.submit_turn("p", TurnSubmission(message="hello"))
-    done = await service.wait_for_turn(turn.id)
+    turn, _ = await service.turns.submit("p", TurnSubmission(message="hello"))
+    done = await service.turns.wait(turn.id)
     return done.program_version, str(model_server.model.requests_for("root")[-1]["messages"])
 
 
@@ -75,14 +75,14 @@ async def test_approval_serves_from_the_next_turn_and_rollback_restores(
     )
     await approve(service, second)
     assert (await run_turn(service, model_server))[0] == second
-    assert (await service.store.retire_active_program()).version == second
+    assert (await service.parts.store.retire_active_program()).version == second
     assert (await run_turn(service, model_server))[0] == first  # the one approved before serves again
-    await service.store.retire_active_program()
+    await service.parts.store.retire_active_program()
     version, prompt = await run_turn(service, model_server)
     assert version == "builtin" and MARK not in prompt
     with pytest.raises(Conflict, match="nothing to roll back"):
-        await service.store.retire_active_program()
-    assert [(p.version, p.status) for p in await service.store.list_programs()] == [
+        await service.parts.store.retire_active_program()
+    assert [(p.version, p.status) for p in await service.parts.store.list_programs()] == [
         (first, "retired"),
         (second, "retired"),
     ]
@@ -114,7 +114,7 @@ async def test_approval_refuses_stale_or_altered_evidence(
             and "run fleet optimize again to re-evaluate" in refused.value.message
         )
     altered = await candidate(service)
-    async with service.database.write() as session:
+    async with service.parts.database.write() as session:
         await session.execute(
             update(ProgramRow).where(ProgramRow.version == altered).values(content=json.dumps({"extract": "evil"}))
         )
@@ -126,15 +126,15 @@ async def test_approval_refuses_stale_or_altered_evidence(
     measured = await candidate(service)
     with pytest.raises(Conflict, match="stale evidence: the configuration changed"):
         await approve(other, measured)
-    await other.database.dispose()
-    assert await service.store.active_program() is None
+    await other.parts.database.dispose()
+    assert await service.parts.store.active_program() is None
 
 
 async def test_an_approval_racing_another_one_is_refused(service: FleetService) -> None:
     first, second = await candidate(service, "one"), await candidate(service, "two")
     await approve(service, first)
     with pytest.raises(Conflict, match=f"program {first} serves now, not builtin"):
-        await service.store.approve_program(second, incumbent=None)
+        await service.parts.store.approve_program(second, incumbent=None)
 
 
 def test_fleet_optimize_list_approve_rollback(model_server: ScriptedModelServer, tmp_path: Path) -> None:

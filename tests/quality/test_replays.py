@@ -28,11 +28,11 @@ async def test_a_captured_turn_keeps_a_snapshot_of_its_inputs(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
     first = await captured_turn(service, model_server, "sales")
-    await service.update_session("sales", settings={"capture_replays": True, "max_iterations": 7})
+    await service.sessions.update("sales", settings={"capture_replays": True, "max_iterations": 7})
     second = await captured_turn(
         service, model_server, "sales", message="And again?", code="SUBMIT(answer=open('files/sales.csv').read())"
     )
-    snapshot = ReplaySnapshot.model_validate((await service.store.get_replay(second.id)).snapshot)
+    snapshot = ReplaySnapshot.model_validate((await service.parts.store.get_replay(second.id)).snapshot)
     assert snapshot.task == "And again?"
     assert [(h.message, h.answer) for h in snapshot.history] == [(first.message, first.answer)]
     files = {f.path: f.sha256 for f in snapshot.files}
@@ -45,7 +45,7 @@ async def test_a_captured_turn_keeps_a_snapshot_of_its_inputs(
     assert "api_key" not in str(snapshot.model_dump()) and "scripted" not in str(snapshot.config)
     assert snapshot.dependencies["dspy"] == "3.4.1"
     with pytest.raises(Conflict, match="already has a replay snapshot"):  # immutable: never replaced
-        await service.store.save_replay(second.id, second.session_id, {"task": "changed"})
+        await service.parts.store.save_replay(second.id, second.session_id, {"task": "changed"})
 
 
 async def test_a_turn_is_not_captured_unless_the_session_or_server_asks(
@@ -53,7 +53,7 @@ async def test_a_turn_is_not_captured_unless_the_session_or_server_asks(
 ) -> None:
     plain = await captured_turn(service, model_server, "plain", capture=False)
     with pytest.raises(NotFound):
-        await service.store.get_replay(plain.id)
+        await service.parts.store.get_replay(plain.id)
     with pytest.raises(Invalid, match="ran without capture_replays, so its inputs were not kept") as refused:
         await label_turn(service, plain.id, answer="250")
     assert refused.value.code == "turn_not_captured" and "FLEET_CAPTURE_REPLAYS" in refused.value.message
@@ -62,33 +62,33 @@ async def test_a_turn_is_not_captured_unless_the_session_or_server_asks(
     server_wide = FleetService(settings, database=Database(str(settings.database_url)))
     await server_wide.start()
     try:
-        await server_wide.create_session(name="everywhere")
+        await server_wide.sessions.create(name="everywhere")
         model_server.script("root", rlm_step("Answer.", "SUBMIT(answer='42')"))
-        turn, _ = await server_wide.submit_turn("everywhere", TurnSubmission(message="the answer?"))
-        await server_wide.wait_for_turn(turn.id)
+        turn, _ = await server_wide.turns.submit("everywhere", TurnSubmission(message="the answer?"))
+        await server_wide.turns.wait(turn.id)
     finally:
         await server_wide.stop()
-    assert (await service.store.get_replay(turn.id)).snapshot["task"] == "the answer?"
+    assert (await service.parts.store.get_replay(turn.id)).snapshot["task"] == "the answer?"
 
 
 async def test_a_replay_runs_in_a_fresh_runtime_from_the_snapshot_alone(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
     turn = await captured_turn(service, model_server, "sales")
-    snapshot = ReplaySnapshot.model_validate((await service.store.get_replay(turn.id)).snapshot)
+    snapshot = ReplaySnapshot.model_validate((await service.parts.store.get_replay(turn.id)).snapshot)
     # The session moves on: its file changes and is then deleted from the session; the replay sees the
     # file as the turn saw it, and none of the replay's work reaches the session.
-    await service.upload_file("sales", "sales.csv", io.BytesIO(b"region,revenue\nnorth,1\n"))
-    await service.delete_file("sales", "artifacts/total.txt")
+    await service.files.upload("sales", "sales.csv", io.BytesIO(b"region,revenue\nnorth,1\n"))
+    await service.files.delete("sales", "artifacts/total.txt")
     model_server.script("root", rlm_step("Sum it.", TOTAL_CODE))
     result = await replay(service, snapshot)
     assert result.outcome.status == "completed", result.outcome.error
     assert result.answer == "The total revenue is 250."
     assert result.artifacts == {"artifacts/total.txt": "total=250\n"}
     assert result.usage["model_calls"] == 1 and result.usage["input_tokens"] > 0
-    turns = await service.list_turns("sales")
+    turns = await service.turns.in_session("sales")
     assert [t.id for t in turns] == [turn.id]  # a replay is not a turn of the session
-    files = {r.path for r, _ in await service.list_files("sales")}
+    files = {r.path for r, _ in await service.files.in_session("sales")}
     assert "artifacts/total.txt" not in files
 
 
@@ -96,8 +96,8 @@ async def test_a_replay_whose_input_bytes_are_gone_says_which_file(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
     turn = await captured_turn(service, model_server, "sales")
-    snapshot = ReplaySnapshot.model_validate((await service.store.get_replay(turn.id)).snapshot)
-    service.blobs.path(snapshot.session_id, hashlib.sha256(SALES).hexdigest()).unlink()
+    snapshot = ReplaySnapshot.model_validate((await service.parts.store.get_replay(turn.id)).snapshot)
+    service.parts.blobs.path(snapshot.session_id, hashlib.sha256(SALES).hexdigest()).unlink()
     with pytest.raises(ReplayUnavailable, match=r"input file files/sales\.csv \(sha256 [0-9a-f]{12}"):
         await replay(service, snapshot)
 
@@ -106,7 +106,7 @@ async def test_a_snapshot_naming_a_file_outside_the_workspace_is_refused(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
     turn = await captured_turn(service, model_server, "sales")
-    data = (await service.store.get_replay(turn.id)).snapshot
+    data = (await service.parts.store.get_replay(turn.id)).snapshot
     for key, hostile in (("sha256", "../../../../etc/passwd"), ("path", "../outside.csv"), ("path", "/etc/passwd")):
         changed = {**data, "files": [{**data["files"][0], key: hostile}]}
         with pytest.raises(ValueError, match=key):

@@ -25,12 +25,12 @@ READ_MEMORY = (
 
 async def run(service: FleetService, session: str, message: str) -> tuple[str, list[dict[str, object]]]:
     """Run one turn; its answer and the data of its ``memory.proposed`` events."""
-    if session not in {s.name for s in await service.list_sessions()}:
-        await service.create_session(name=session)
-    turn, _ = await service.submit_turn(session, TurnSubmission(message=message))
-    done = await service.wait_for_turn(turn.id)
+    if session not in {s.name for s in await service.sessions.recent()}:
+        await service.sessions.create(name=session)
+    turn, _ = await service.turns.submit(session, TurnSubmission(message=message))
+    done = await service.turns.wait(turn.id)
     assert done.status == "completed", done.error
-    events = await service.store.events_after(turn.id)
+    events = await service.parts.store.events_after(turn.id)
     return done.answer or "", [e.data for e in events if e.type is EventType.MEMORY_PROPOSED]
 
 
@@ -51,7 +51,7 @@ async def test_only_approved_memory_reaches_later_turns_of_every_session(
         "the person likes puns",
     ]
     entries = await service.memory.entries()
-    sales = await service.get_session("sales")
+    sales = await service.sessions.get("sales")
     assert [(e.status, e.why, e.session_id) for e in entries] == [("pending", "from sales.csv", sales.id)] * 3
     assert [p["entry_id"] for p in proposed] == [e.id for e in entries]
 
@@ -75,7 +75,7 @@ async def test_only_approved_memory_reaches_later_turns_of_every_session(
     model_server.script("root", rlm_step("Read.", READ_MEMORY))
     again, _ = await run(service, "sales", "and now?")
     assert "forged" not in again and "- north leads revenue" in again  # a turn's edits are not kept
-    assert not [r for r, _ in await service.list_files("other") if r.path.startswith("memory/")]
+    assert not [r for r, _ in await service.files.in_session("other") if r.path.startswith("memory/")]
 
 
 async def test_two_turns_proposing_at_once_keep_every_proposal(
@@ -95,7 +95,7 @@ async def test_two_turns_proposing_at_once_keep_every_proposal(
     assert [len(proposed) for _, proposed in results] == [5, 5]
     texts = sorted(e.text for e in await service.memory.entries(status="pending"))
     assert texts == sorted([f"alpha fact {n}" for n in range(5)] + [f"beta fact {n}" for n in range(5)])
-    assert {e.session_id for e in await service.memory.entries(session="a")} == {(await service.get_session("a")).id}
+    assert {e.session_id for e in await service.memory.entries(session="a")} == {(await service.sessions.get("a")).id}
 
 
 HOSTILE = r"""
@@ -129,12 +129,12 @@ async def test_hostile_remember_arguments_are_refused_clearly_and_the_turn_goes_
     await service.start()
     try:
         model_server.script("root", rlm_step("Attack.", HOSTILE))
-        await service.create_session(name="s")
-        turn, _ = await service.submit_turn("s", TurnSubmission(message="x"))
-        done = await service.wait_for_turn(turn.id)
+        await service.sessions.create(name="s")
+        turn, _ = await service.turns.submit("s", TurnSubmission(message="x"))
+        done = await service.turns.wait(turn.id)
         assert (done.status, done.answer) == ("completed", "survived")
         output = "".join(
-            str(e.data["text"]) for e in await service.store.events_after(turn.id) if e.type is EventType.OUTPUT
+            str(e.data["text"]) for e in await service.parts.store.events_after(turn.id) if e.type is EventType.OUTPUT
         )
         lines = output.splitlines()
         refusals = [line for line in lines if line.startswith("REFUSED")]
@@ -173,9 +173,9 @@ async def test_a_full_review_queue_refuses_proposals_until_the_person_reviews(
         )
         model_server.script("root", rlm_step("Remember.", code))
         await run(service, "s", "x")
-        turn = (await service.list_turns("s"))[-1]
+        turn = (await service.turns.in_session("s"))[-1]
         output = "".join(
-            str(e.data["text"]) for e in await service.store.events_after(turn.id) if e.type is EventType.OUTPUT
+            str(e.data["text"]) for e in await service.parts.store.events_after(turn.id) if e.type is EventType.OUTPUT
         )
         assert "2 proposals already wait for the person's review (the most is 2)" in output
         assert [e.text for e in await service.memory.entries()] == ["one", "two"]
@@ -204,7 +204,7 @@ async def test_memory_past_its_budget_shows_the_newest_and_says_how_many_are_lef
     await service.start()
     try:
         for n in range(1, 9):
-            entry, _ = await service.store.propose_memory(
+            entry, _ = await service.parts.store.propose_memory(
                 f"entry number {n} says something", "", session_id=None, turn_id=None, max_pending=100
             )
             await service.memory.approve(entry.id)

@@ -68,12 +68,12 @@ def attempts(texts: list[str], why: str = "seen") -> str:
 async def turn_output(service: FleetService, model_server: ScriptedModelServer, code: str) -> list[str]:
     """The lines sandbox code printed in one turn; the turn must complete."""
     model_server.script("root", rlm_step("Remember.", code))
-    if "s" not in {s.name for s in await service.list_sessions()}:
-        await service.create_session(name="s")
-    turn, _ = await service.submit_turn("s", TurnSubmission(message="x"))
-    done = await service.wait_for_turn(turn.id)
+    if "s" not in {s.name for s in await service.sessions.recent()}:
+        await service.sessions.create(name="s")
+    turn, _ = await service.turns.submit("s", TurnSubmission(message="x"))
+    done = await service.turns.wait(turn.id)
     assert (done.status, done.answer) == ("completed", "survived"), done.error
-    events = await service.store.events_after(turn.id)
+    events = await service.parts.store.events_after(turn.id)
     return "".join(str(e.data["text"]) for e in events if e.type is EventType.OUTPUT).splitlines()
 
 
@@ -121,7 +121,7 @@ async def test_an_entry_stored_before_the_rule_is_shown_escaped_and_approved_onl
     service: FleetService,
 ) -> None:
     hidden = "use the staging key \u202e\U000e0069\U000e0067\U000e006e"
-    old, _ = await service.store.propose_memory(hidden, "", session_id=None, turn_id=None, max_pending=10)
+    old, _ = await service.parts.store.propose_memory(hidden, "", session_id=None, turn_id=None, max_pending=10)
     with pytest.raises(BadMemoryText) as refused:
         await service.memory.approve(old.id)
     assert refused.value.message == (
@@ -133,8 +133,8 @@ async def test_an_entry_stored_before_the_rule_is_shown_escaped_and_approved_onl
     with pytest.raises(BadMemoryText):
         await service.memory.approve(old.id, hidden)
 
-    already, _ = await service.store.propose_memory("x\u200by", "", session_id=None, turn_id=None, max_pending=10)
-    await service.store.review_memory(already.id, "approved")  # approved before the rule
+    already, _ = await service.parts.store.propose_memory("x\u200by", "", session_id=None, turn_id=None, max_pending=10)
+    await service.parts.store.review_memory(already.id, "approved")  # approved before the rule
     assert "- x\\u200by\n" in (await service.memory.context() or "")  # later turns read it escaped
     await service.memory.approve(old.id, "use the staging key")
     assert "- use the staging key\n" in (await service.memory.context() or "")

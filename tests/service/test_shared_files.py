@@ -65,7 +65,7 @@ async def machines(
 
 
 def blobs_on(service: FleetService, session_id: str) -> set[str]:
-    folder = service.blobs.session_dir(session_id) / "blobs"
+    folder = service.parts.blobs.session_dir(session_id) / "blobs"
     return {entry.name for entry in folder.iterdir()} if folder.is_dir() else set()
 
 
@@ -74,8 +74,8 @@ async def test_a_file_uploaded_on_one_machine_is_read_by_a_turn_on_another_and_i
 ) -> None:
     api = await machines.api_on("api")
     worker = await machines.worker_on("worker")
-    session = await api.create_session(name="s")
-    uploaded, _ = await api.upload_file("s", "sales.csv", io.BytesIO(SALES))
+    session = await api.sessions.create(name="s")
+    uploaded, _ = await api.files.upload("s", "sales.csv", io.BytesIO(SALES))
     assert blobs_on(worker, session.id) == set()
 
     code = (
@@ -83,20 +83,20 @@ async def test_a_file_uploaded_on_one_machine_is_read_by_a_turn_on_another_and_i
         "open('artifacts/total.txt', 'w').write(str(total))\nSUBMIT(answer=str(total))"
     )
     model_server.script("root", rlm_step("Add the revenue.", code))
-    turn, _ = await api.submit_turn("s", TurnSubmission(message="total revenue"))
-    done = await api.wait_for_turn(turn.id)
-    assert (done.status, done.answer, done.runner) == ("completed", "14624", worker.runner)
+    turn, _ = await api.turns.submit("s", TurnSubmission(message="total revenue"))
+    done = await api.turns.wait(turn.id)
+    assert (done.status, done.answer, done.runner) == ("completed", "14624", worker.parts.runner)
     assert uploaded.sha256 in blobs_on(worker, session.id)
 
-    record, path = await api.file_for_download("s", "artifacts/total.txt")
+    record, path = await api.files.download("s", "artifacts/total.txt")
     assert path.read_bytes() == b"14624"
     assert record.sha256 == hashlib.sha256(b"14624").hexdigest()
-    listed = {record.path: kind for record, kind in await api.list_files("s")}
+    listed = {record.path: kind for record, kind in await api.files.in_session("s")}
     assert set(listed) == {"files/sales.csv", "artifacts/total.txt"}
 
     elsewhere = await machines.api_on("third")
     archive = io.BytesIO()
-    await elsewhere.export_session("s", archive)
+    await elsewhere.archives.export("s", archive)
     archive.seek(0)
     with tarfile.open(fileobj=archive) as tar:
         members = {m.name for m in tar.getmembers()}
@@ -105,15 +105,15 @@ async def test_a_file_uploaded_on_one_machine_is_read_by_a_turn_on_another_and_i
 
 async def test_listing_files_on_another_machine_tells_their_kinds_without_fetching_them(machines: Machines) -> None:
     api = await machines.api_on("api")
-    session = await api.create_session(name="s")
+    session = await api.sessions.create(name="s")
     big_text = b"".join(b"line %d of the notes\n" % i for i in range(2000))  # more than one sample each end
-    await api.upload_file("s", "sales.csv", io.BytesIO(SALES))
-    await api.upload_file("s", "notes.txt", io.BytesIO(big_text))
-    await api.upload_file("s", "photo.png", io.BytesIO(b"\x89PNG\r\n\x1a\n" + bytes(64)))
-    here = {record.path: kind for record, kind in await api.list_files("s")}
+    await api.files.upload("s", "sales.csv", io.BytesIO(SALES))
+    await api.files.upload("s", "notes.txt", io.BytesIO(big_text))
+    await api.files.upload("s", "photo.png", io.BytesIO(b"\x89PNG\r\n\x1a\n" + bytes(64)))
+    here = {record.path: kind for record, kind in await api.files.in_session("s")}
 
     elsewhere = await machines.api_on("elsewhere")
-    listed = {record.path: kind for record, kind in await elsewhere.list_files("s")}
+    listed = {record.path: kind for record, kind in await elsewhere.files.in_session("s")}
 
     assert listed == here
     assert listed == {"files/sales.csv": "csv", "files/notes.txt": "text", "files/photo.png": "image"}
@@ -122,42 +122,42 @@ async def test_listing_files_on_another_machine_tells_their_kinds_without_fetchi
 
 async def test_an_archive_imported_on_one_machine_is_usable_on_another(machines: Machines) -> None:
     api = await machines.api_on("api")
-    await api.create_session(name="s")
-    await api.upload_file("s", "sales.csv", io.BytesIO(SALES))
+    await api.sessions.create(name="s")
+    await api.files.upload("s", "sales.csv", io.BytesIO(SALES))
     archive = io.BytesIO()
-    await api.export_session("s", archive)
+    await api.archives.export("s", archive)
     archive.seek(0)
-    await api.import_session(archive, name="copy")
+    await api.archives.restore(archive, name="copy")
 
     other = await machines.api_on("other")
-    _, path = await other.file_for_download("copy", "files/sales.csv")
+    _, path = await other.files.download("copy", "files/sales.csv")
     assert path.read_bytes() == SALES
     assert path.is_relative_to(other.settings.data_dir)
 
 
 async def test_deleting_a_session_drops_its_shared_bytes(machines: Machines) -> None:
     api = await machines.api_on("api")
-    await api.create_session(name="s")
-    await api.upload_file("s", "sales.csv", io.BytesIO(SALES))
-    await api.delete_session("s")
-    async with api.database.read() as session:
+    await api.sessions.create(name="s")
+    await api.files.upload("s", "sales.csv", io.BytesIO(SALES))
+    await api.sessions.delete("s")
+    async with api.parts.database.read() as session:
         assert await session.scalar(select(func.count()).select_from(BlobChunkRow)) == 0
 
 
 async def test_shared_bytes_altered_in_the_database_are_refused_and_never_served(machines: Machines) -> None:
     api = await machines.api_on("api")
-    session = await api.create_session(name="s")
-    uploaded, _ = await api.upload_file("s", "sales.csv", io.BytesIO(SALES))
-    async with api.database.write() as db:
+    session = await api.sessions.create(name="s")
+    uploaded, _ = await api.files.upload("s", "sales.csv", io.BytesIO(SALES))
+    async with api.parts.database.write() as db:
         await db.execute(update(BlobChunkRow).values(data=b"region,revenue\nnorth,99999\n"))
 
     other = await machines.api_on("other")
     with pytest.raises(BlobMismatch):
-        await other.file_for_download("s", "files/sales.csv")
+        await other.files.download("s", "files/sales.csv")
     assert blobs_on(other, session.id) == set()
-    staging = other.blobs.session_dir(session.id) / "staging"
+    staging = other.parts.blobs.session_dir(session.id) / "staging"
     assert not staging.is_dir() or list(staging.iterdir()) == []
-    _, original = await api.file_for_download("s", "files/sales.csv")
+    _, original = await api.files.download("s", "files/sales.csv")
     assert original.read_bytes() == SALES and uploaded.size == len(SALES)
 
 
@@ -167,16 +167,18 @@ async def test_a_kernel_is_never_reused_or_restored_stale_after_a_turn_on_anothe
     """x is 1 in machine A's kernel snapshot, then 5 after a turn on machine B. A's next worker must
     not bring back x = 1; both fresh kernels say why the earlier state is gone."""
     api = await machines.api_on("api")
-    await api.create_session(name="s")
+    await api.sessions.create(name="s")
     report = "SUBMIT(answer=str(globals().get('x')))"
 
     async def turn_on(machine: str, task: str, code: str) -> tuple[str | None, list[str]]:
         worker = await machines.worker_on(machine)
         model_server.script_for_task("root", task, rlm_step("Go.", code))
-        turn, _ = await api.submit_turn("s", TurnSubmission(message=task))
-        done = await api.wait_for_turn(turn.id)
-        assert done.runner == worker.runner
-        evicted = [str(e.data["detail"]) async for e in await api.events(turn.id) if e.type.value == "kernel.evicted"]
+        turn, _ = await api.turns.submit("s", TurnSubmission(message=task))
+        done = await api.turns.wait(turn.id)
+        assert done.runner == worker.parts.runner
+        evicted = [
+            str(e.data["detail"]) async for e in await api.turns.events(turn.id) if e.type.value == "kernel.evicted"
+        ]
         await worker.stop()
         machines.started.remove(worker)
         return done.answer, evicted
@@ -197,13 +199,13 @@ async def test_files_stored_before_the_switch_to_the_database_are_shared_at_star
     )
     before = FleetService(local, database=Database(machines.url))
     await before.start()
-    await before.create_session(name="s")
-    await before.upload_file("s", "sales.csv", io.BytesIO(SALES))
+    await before.sessions.create(name="s")
+    await before.files.upload("s", "sales.csv", io.BytesIO(SALES))
     await before.stop()
 
     await machines.worker_on("api")  # the same data directory, now with worker.file_store = "database"
     other = await machines.api_on("other")
-    _, path = await other.file_for_download("s", "files/sales.csv")
+    _, path = await other.files.download("s", "files/sales.csv")
     assert path.read_bytes() == SALES
 
 

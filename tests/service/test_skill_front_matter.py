@@ -134,13 +134,13 @@ async def test_every_turn_with_a_yaml_bomb_among_the_skills_stores_a_short_warni
     skills = tmp_path / ".fleet" / "skills"
     write_bomb(skills, text=bomb)
     write_skill(skills, "notes", "Meeting notes.")
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     for _ in range(2):
         model_server.script("root", rlm_step("Done.", "SUBMIT(answer='ok')"))
-        turn, _ = await service.submit_turn("s", TurnSubmission(message="x"))
-        done = await service.wait_for_turn(turn.id)
+        turn, _ = await service.turns.submit("s", TurnSubmission(message="x"))
+        done = await service.turns.wait(turn.id)
         assert done.status == "completed", done.error
-        events = await service.store.events_after(turn.id)
+        events = await service.parts.store.events_after(turn.id)
         warnings = [str(e.data["message"]) for e in events if e.type is EventType.WARNING]
         assert [w for w in warnings if w.startswith("project skill bomb/SKILL.md: ")] == [
             f"project skill bomb/SKILL.md: the front matter is not valid YAML ({warning})"

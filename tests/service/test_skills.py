@@ -28,15 +28,15 @@ async def test_skills_written_by_a_turn_are_neither_kept_nor_seen_by_the_next_tu
 ) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     model_server.script("root", rlm_step("Forge the skills.", FORGE), rlm_step("Read a skill.", READ))
 
-    first, _ = await service.submit_turn("s", TurnSubmission(message="forge"))
-    done = await service.wait_for_turn(first.id)
+    first, _ = await service.turns.submit("s", TurnSubmission(message="forge"))
+    done = await service.turns.wait(first.id)
     assert (done.status, done.answer) == ("completed", "forged"), done.error
-    assert {record.path for record, _ in await service.list_files("s")} == {"artifacts/ok.txt"}
+    assert {record.path for record, _ in await service.files.in_session("s")} == {"artifacts/ok.txt"}
     assert [artifact["path"] for artifact in done.artifacts] == ["artifacts/ok.txt"]
 
-    second, _ = await service.submit_turn("s", TurnSubmission(message="read"))
-    done = await service.wait_for_turn(second.id)
+    second, _ = await service.turns.submit("s", TurnSubmission(message="read"))
+    done = await service.turns.wait(second.id)
     assert (done.status, done.answer) == ("completed", "name: tabular"), done.error

@@ -59,9 +59,9 @@ async def _run_turn(settings: Settings, tracer: TurnTracer | None = None) -> Tur
     fleet = FleetService(settings, tracer=tracer)
     await fleet.start()
     try:
-        await fleet.create_session(name="traced")
-        turn, _ = await fleet.submit_turn("traced", TurnSubmission(message="PARENT runs two children"))
-        done = await fleet.wait_for_turn(turn.id)
+        await fleet.sessions.create(name="traced")
+        turn, _ = await fleet.turns.submit("traced", TurnSubmission(message="PARENT runs two children"))
+        done = await fleet.turns.wait(turn.id)
         assert done.status == "completed", done.error
         return done
     finally:
@@ -169,10 +169,10 @@ async def test_untraced_turns_have_no_trace_id(
     fleet = FleetService(make_settings(), database=Database(str(make_settings().database_url)))
     await fleet.start()
     try:
-        assert fleet.tracer is None
-        await fleet.create_session(name="plain")
-        turn, _ = await fleet.submit_turn("plain", TurnSubmission(message="x"))
-        assert (await fleet.wait_for_turn(turn.id)).trace_id is None
+        assert fleet.turns.tracer is None
+        await fleet.sessions.create(name="plain")
+        turn, _ = await fleet.turns.submit("plain", TurnSubmission(message="x"))
+        assert (await fleet.turns.wait(turn.id)).trace_id is None
     finally:
         await fleet.stop()
 

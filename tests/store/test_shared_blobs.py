@@ -132,10 +132,12 @@ async def test_garbage_collection_drops_only_old_bytes_nothing_references(store:
     async with store.db.write() as session:
         await session.execute(update(BlobChunkRow).where(BlobChunkRow.sha256 != young).values(created_at=long_ago))
 
-    async def referenced(session_id: str) -> set[str]:
-        return {kept} if session_id == "ses_1" else set()
-
-    assert await shared.collect_garbage(referenced) == 2
+    stale = await shared.stale()
+    assert {session_id: set(digests) for session_id, digests in stale.items()} == {
+        "ses_1": {kept, old},
+        "ses_gone": {gone},
+    }
+    assert await shared.drop("ses_1", [old]) + await shared.drop("ses_gone", [gone]) == 2
     assert [await chunk_count(store, sha) for sha in (kept, old, young, gone)] == [1, 0, 1, 0]
 
     await shared.remove_session("ses_1")
@@ -152,11 +154,9 @@ async def test_bytes_shared_again_while_a_collection_runs_are_kept(store: Store,
     async with store.db.write() as session:
         await session.execute(update(BlobChunkRow).values(created_at=long_ago))
 
-    async def referenced(session_id: str) -> set[str]:
-        await shared.put(session_id, sha, path)  # the upload, between the listing and the deletion
-        return set()
-
-    assert await shared.collect_garbage(referenced) == 0
+    assert await shared.stale() == {"ses_1": [sha]}
+    await shared.put("ses_1", sha, path)  # the upload, between the listing and the deletion
+    assert await shared.drop("ses_1", [sha]) == 0
     assert await shared.fetch("ses_1", sha, tmp_path / "fetched") is True
 
 

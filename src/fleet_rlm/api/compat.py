@@ -186,30 +186,30 @@ class CompletionCall:
         asked = conversation(request.messages)
         ref = session_ref or request.user
         if ref:
-            session = await service.open_session(ref)
+            session = await service.sessions.open(ref)
             # A client that sends only the new message continues the session's own history.
             history = asked.history or None
         else:
-            session = await service.create_session(title=EPHEMERAL_TITLE)
+            session = await service.sessions.create(title=EPHEMERAL_TITLE)
             history = asked.history
         submission = TurnSubmission(message=asked.task, mode=mode, history=history)
         try:
-            turn, _ = await service.submit_turn(session.id, submission)
+            turn, _ = await service.turns.submit(session.id, submission)
         except BaseException:
             if not ref:  # refused only if the turn was stored all the same (its request cancelled meanwhile)
                 with contextlib.suppress(StoreError):
-                    await service.delete_session(session.id)
+                    await service.sessions.delete(session.id)
             raise
         if not ref:
-            service.delete_when_done(session.id, turn.id)
+            service.turns.delete_when_done(session.id, turn.id)
         return cls(service, request, session, turn)
 
     def abandon(self) -> None:
         """The client went away: cancel the turn if it still runs."""
-        self.service.abandon_turn(self.turn.id)
+        self.service.turns.abandon(self.turn.id)
 
     async def events(self) -> AsyncIterator[Event]:
-        return await self.service.events(self.turn.id)
+        return await self.service.turns.events(self.turn.id)
 
     async def complete(self) -> ChatCompletion:
         """Wait for the turn, gathering its activity; the whole completion."""
@@ -218,7 +218,7 @@ class CompletionCall:
             text = activity(event)
             if text:
                 reasoning.append(text)
-        turn = await self.service.get_turn(self.turn.id)
+        turn = await self.service.turns.get(self.turn.id)
         answer, finish = outcome(turn)
         message = AssistantMessage(content=answer, reasoning_content="".join(reasoning))
         return ChatCompletion(
@@ -244,7 +244,7 @@ class CompletionCall:
             text = activity(event)
             if text:
                 yield self._chunk(Delta(reasoning_content=text))
-        turn = await self.service.get_turn(self.turn.id)
+        turn = await self.service.turns.get(self.turn.id)
         try:
             answer, finish = outcome(turn)
         except ApiError as exc:

@@ -94,8 +94,8 @@ class FleetTools:
 
     async def _session_for(self, session: str | None, task: str) -> SessionRecord:
         if session:
-            return await self.service.open_session(session)
-        return await self.service.create_session(title=f"MCP: {task[:80]}")
+            return await self.service.sessions.open(session)
+        return await self.service.sessions.create(title=f"MCP: {task[:80]}")
 
     async def run_task(
         self,
@@ -112,19 +112,19 @@ class FleetTools:
         try:
             record = await self._session_for(session, task)
             submission = TurnSubmission(message=task, context_paths=list(files or []), mode=mode)
-            turn, _ = await self.service.submit_turn(record.id, submission)
+            turn, _ = await self.service.turns.submit(record.id, submission)
         except StoreError as exc:
             raise _refused(exc) from exc
         try:
-            async for event in await self.service.events(turn.id):
+            async for event in await self.service.turns.events(turn.id):
                 if event.type is EventType.ITERATION_STARTED:
                     iteration = int(event.data.get("iteration", 0))
                     total = event.data.get("max_iterations")
                     await ctx.report_progress(iteration, total, f"iteration {iteration}")
         except asyncio.CancelledError:
-            self.service.abandon_turn(turn.id)
+            self.service.turns.abandon(turn.id)
             raise
-        ended = await self.service.get_turn(turn.id)
+        ended = await self.service.turns.get(turn.id)
         if ended.status not in (TurnStatus.COMPLETED, TurnStatus.INCOMPLETE):
             raise ToolError(f"turn {ended.id} {ended.status}: {ended.error or 'no answer'}")
         return TaskResult(
@@ -139,13 +139,13 @@ class FleetTools:
 
     async def list_sessions(self, limit: int = 50) -> list[SessionInfo]:
         """Sessions, most recently active first (at most 200)."""
-        records = await self.service.list_sessions(limit=max(1, min(limit, 200)))
+        records = await self.service.sessions.recent(limit=max(1, min(limit, 200)))
         return [SessionInfo(id=r.id, name=r.name, title=r.title, updated_at=r.updated_at.isoformat()) for r in records]
 
     async def read_file(self, session: str, path: str) -> FileContent:
         """A session's file: files/..., artifacts/... or memory/... (text as text, else base64)."""
         try:
-            record, blob = await self.service.file_for_download(session, path)
+            record, blob = await self.service.files.download(session, path)
         except StoreError as exc:
             raise _refused(exc) from exc
         if record.size > MAX_READ_BYTES:
@@ -174,8 +174,8 @@ class FleetTools:
         if len(content) > limit:
             raise ToolError(f"upload_too_large: the file is larger than the limit of {limit} bytes")
         try:
-            record = await self.service.open_session(session)
-            stored, _ = await self.service.upload_file(record.id, path, io.BytesIO(content))
+            record = await self.service.sessions.open(session)
+            stored, _ = await self.service.files.upload(record.id, path, io.BytesIO(content))
         except (StoreError, TooLarge) as exc:
             raise _refused(exc) from exc
         return _stored(stored)
@@ -184,8 +184,8 @@ class FleetTools:
         """A turn and what it did: its status, answer and usage, and its events in order (the span
         tree: each event's span_id and parent_span_id), as far as it has run."""
         try:
-            turn = await self.service.get_turn(turn_id)
-            events = await self.service.stored_events(turn_id, limit=MAX_TRACE_EVENTS)
+            turn = await self.service.turns.get(turn_id)
+            events = await self.service.turns.stored_events(turn_id, limit=MAX_TRACE_EVENTS)
         except StoreError as exc:
             raise _refused(exc) from exc
         return {
@@ -204,7 +204,7 @@ class FleetTools:
 
     async def session_file(self, session: str, path: str) -> str | bytes:
         try:
-            record, blob = await self.service.file_for_download(session, path)
+            record, blob = await self.service.files.download(session, path)
         except StoreError as exc:
             raise ResourceError(f"{exc.code}: {exc.message}") from exc
         if record.size > MAX_READ_BYTES:

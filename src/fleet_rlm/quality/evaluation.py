@@ -26,7 +26,6 @@ from fleet_rlm.quality.labels import expectations_of
 from fleet_rlm.quality.metric import FleetMetric, build_fleet_metric, usage_measured
 from fleet_rlm.quality.replay import ReplayResult, ReplayUnavailable, replay
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns.programs import served_program
 from fleet_rlm.service.turns.replays import ReplaySnapshot
 from fleet_rlm.store import LabelRecord
 
@@ -115,7 +114,7 @@ async def score_label(
     program: ProgramSpec | None = None,
 ) -> EvalRow:
     """Replay one labeled turn (with ``program``, the serving one by default) and score it."""
-    snapshot = ReplaySnapshot.model_validate((await service.store.get_replay(label.turn_id)).snapshot)
+    snapshot = await service.quality.snapshot(label.turn_id)
     row = EvalRow(label.id, label.turn_id, label.group, label.critical, 0.0, "", "failed")
     try:
         result = await replay(service, snapshot, settings=settings, program=program)
@@ -169,7 +168,7 @@ async def run_eval(
         run_id=new_id("eval"),
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         rows=list(rows),
-        program=program_identity(await served_program(service.store)),
+        program=program_identity(await service.quality.serving()),
     )
 
 

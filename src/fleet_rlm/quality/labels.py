@@ -78,11 +78,11 @@ async def label_turn(
         raise Invalid("--answer is empty: give the reviewed answer", code="invalid_label")
     if group is not None and not GROUP.fullmatch(group):
         raise Invalid(f"group {group!r} is not valid: use 1-64 letters, digits, '.', '_' or '-'", code="invalid_label")
-    turn = await service.get_turn(turn_id)
+    turn = await service.turns.get(turn_id)
     if turn.active:
         raise Invalid(f"turn {turn_id} is still {turn.status}; label it once it has ended", code="turn_active")
     try:
-        await service.store.get_replay(turn_id)
+        await service.quality.snapshot(turn_id)
     except NotFound:
         raise Invalid(
             f"turn {turn_id} cannot be labeled for optimization: it ran without capture_replays, so its inputs "
@@ -94,8 +94,8 @@ async def label_turn(
         if checks.value is not None and checks.value != value:
             raise Invalid("--value and the expectations file's value differ: give one", code="invalid_label")
         checks = checks.model_copy(update={"value": value})
-    session = await service.get_session(turn.session_id)
-    return await service.store.add_label(
+    session = await service.sessions.get(turn.session_id)
+    return await service.quality.add_label(
         turn_id=turn_id,
         session_id=turn.session_id,
         answer=answer,

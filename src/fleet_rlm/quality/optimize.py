@@ -31,8 +31,7 @@ from fleet_rlm.quality.gate import VALIDATION_PASSES, Condition, Validation, gat
 from fleet_rlm.quality.metric import FleetMetric, build_fleet_metric
 from fleet_rlm.quality.student import FleetStudent, Replayer, builtin_extract_instructions, changed_parts
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns.programs import program_of, served_program
-from fleet_rlm.service.turns.replays import ReplaySnapshot
+from fleet_rlm.service.turns.programs import program_of
 from fleet_rlm.store import Conflict, Invalid, LabelRecord, ProgramRecord
 
 GEPA_BUDGETS = ("light", "medium", "heavy")
@@ -83,14 +82,12 @@ async def optimize(
     """One optimization run; raises Invalid (a dataset rule, a bad budget) before any model call."""
     budget = check_budget(gepa_budget, max_metric_calls)
     settings = service.settings
-    session_id = (await service.get_session(session)).id if session else None
-    split = split_dataset(await service.store.list_labels(session_id=session_id))
+    session_id = (await service.sessions.get(session)).id if session else None
+    split = split_dataset(await service.quality.labels(session_id=session_id))
     labels = [*split.train, *split.dev, *split.holdout]
-    snapshots = {
-        x.turn_id: ReplaySnapshot.model_validate((await service.store.get_replay(x.turn_id)).snapshot) for x in labels
-    }
+    snapshots = {x.turn_id: await service.quality.snapshot(x.turn_id) for x in labels}
     metric = metric or build_fleet_metric(settings)
-    baseline = await served_program(service.store)
+    baseline = await service.quality.serving()
     student = FleetStudent(Replayer(service, asyncio.get_running_loop(), snapshots), baseline)
     search = dspy.GEPA(
         metric=metric,
@@ -103,7 +100,7 @@ async def optimize(
     train = [example_of(x, snapshots[x.turn_id]).with_inputs("task", "turn_id") for x in split.train]
     dev = [example_of(x, snapshots[x.turn_id]).with_inputs("task", "turn_id") for x in split.dev]
     found = await asyncio.to_thread(search.compile, student, trainset=train, valset=dev)
-    version = await service.store.next_program_version()
+    version = await service.quality.next_program_version()
     candidate = normalized(cast(FleetStudent, found).program(version))
     changed = changed_parts(baseline, candidate)
     validations = await _validate(service, split, {"baseline": baseline, "candidate": candidate}, metric)
@@ -112,7 +109,7 @@ async def optimize(
         version, settings, split, baseline, candidate, changed, validations, conditions, budget, session_id
     )
     content = candidate.canonical_bytes().decode()
-    record = await service.store.add_program(version, content, candidate.sha256, report)
+    record = await service.quality.add_program(version, content, candidate.sha256, report)
     json_path, md_path = write_report(report, reports_dir(settings, version))
     return Optimization(record, json_path, md_path)
 
@@ -230,7 +227,7 @@ def _stale(what: str, was: Any, now: Any) -> Conflict:
 
 async def approve(service: FleetService, version: str) -> ProgramRecord:
     """Serve candidate ``version`` from the next turn, once its bytes and identities check out."""
-    record = await service.store.get_program(version)
+    record = await service.quality.program(version)
     report = record.report
     if record.status != "candidate":
         raise Conflict(f"program {version} is {record.status}, not a candidate", code="program_not_candidate")
@@ -252,8 +249,8 @@ async def approve(service: FleetService, version: str) -> ProgramRecord:
     for what, (was, now) in current.items():
         if was != now:
             raise _stale(what, was, now)
-    serving = await served_program(service.store)
+    serving = await service.quality.serving()
     if serving.version != identities["incumbent"]:
         raise _stale("serving program", identities["incumbent"], serving.version)
     incumbent = None if identities["incumbent"] == BUILTIN_PROGRAM_VERSION else identities["incumbent"]
-    return await service.store.approve_program(version, incumbent=incumbent)
+    return await service.quality.approve_program(version, incumbent=incumbent)

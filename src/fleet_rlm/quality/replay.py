@@ -9,25 +9,19 @@ only for the label's checks.
 from __future__ import annotations
 
 import asyncio
-import io
 from dataclasses import dataclass, field
 from typing import Any
 
 from fleet_rlm.config import Settings
 from fleet_rlm.engine.program import ProgramSpec
 from fleet_rlm.engine.turn import TurnOutcome, build_turn
-from fleet_rlm.protocol.events import Event, new_id
-from fleet_rlm.service.memory import MEMORY_FILE
+from fleet_rlm.protocol.events import Event
+from fleet_rlm.service.quality_data import ReplayUnavailable as ReplayUnavailable
 from fleet_rlm.service.service import FleetService
-from fleet_rlm.service.turns.programs import served_program
 from fleet_rlm.service.turns.replays import ReplaySnapshot
 
 MAX_ARTIFACT_BYTES = 1024 * 1024
 """Bytes of an artifact read back for its content checks; a larger one is checked as absent text."""
-
-
-class ReplayUnavailable(Exception):
-    """The snapshot cannot be restored (an input file's bytes are gone); the message says which."""
 
 
 @dataclass
@@ -65,26 +59,13 @@ async def replay(
     """Run ``snapshot`` again with ``settings`` (the service's, with the turn's overrides, by default)
     and ``program`` (the one serving now by default)."""
     settings = snapshot.settings_for(settings or service.settings)
-    program = program or await served_program(service.store)
-    await service.files.fetch(snapshot.session_id, (item.sha256 for item in snapshot.files))
-    for item in snapshot.files:
-        if not service.blobs.path(snapshot.session_id, item.sha256).is_file():
-            raise ReplayUnavailable(f"input file {item.path} (sha256 {item.sha256[:12]}…) is no longer stored")
-    replay_id = new_id("replay")
-    lease = await service.pool.acquire(snapshot.session_id, replay_id)
+    program = program or await service.quality.serving()
     events: list[Event] = []
-    try:
-        for item in snapshot.files:
-            blob = service.blobs.path(snapshot.session_id, item.sha256)
-            await asyncio.to_thread(lease.files.push, blob, item.path)
-        if snapshot.memory is not None:
-            await asyncio.to_thread(lease.files.push, io.BytesIO(snapshot.memory.encode()), MEMORY_FILE)
+    async with service.quality.replay_sandbox(snapshot) as (replay_id, lease):
         request = snapshot.request(lease.workspace.root, replay_id)
         request.program = program
         outcome = await build_turn(settings, request, events.append, backend=lease.backend).run()
         artifacts = await asyncio.to_thread(_read_artifacts, lease.workspace.tree, outcome)
-    finally:
-        await service.pool.release(lease)
     return ReplayResult(outcome=outcome, artifacts=artifacts, events=events)
 
 

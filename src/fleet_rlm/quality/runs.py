@@ -56,8 +56,8 @@ class QualityRuns:
         return [run for run in self.runs.values() if run.kind == kind]
 
     async def start_eval(self, *, session: str | None, groups: list[str]) -> Run:
-        session_id = (await self.service.get_session(session)).id if session else None
-        labels = await self.service.store.list_labels(session_id=session_id, groups=groups)
+        session_id = (await self.service.sessions.get(session)).id if session else None
+        labels = await self.service.quality.labels(session_id=session_id, groups=groups)
         if not labels:
             raise Invalid("no labels to evaluate: label captured turns first", code="no_labels")
         run = Run(new_id("eval"), "eval", total=len(labels))
@@ -77,8 +77,8 @@ class QualityRuns:
         self, *, session: str | None, gepa_budget: str | None, max_metric_calls: int | None
     ) -> Run:
         check_budget(gepa_budget, max_metric_calls)
-        session_id = (await self.service.get_session(session)).id if session else None
-        split_dataset(await self.service.store.list_labels(session_id=session_id))
+        session_id = (await self.service.sessions.get(session)).id if session else None
+        split_dataset(await self.service.quality.labels(session_id=session_id))
         run = Run(new_id("opt"), "optimization")
 
         async def work() -> dict[str, Any]:

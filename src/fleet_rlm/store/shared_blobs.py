@@ -14,7 +14,7 @@ import asyncio
 import datetime as dt
 import hashlib
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Iterable
 from pathlib import Path
 
 from sqlalchemy import delete, exists, insert, select, update
@@ -61,10 +61,14 @@ class SharedBlobs(abc.ABC):
     async def remove_session(self, session_id: str) -> None: ...
 
     @abc.abstractmethod
-    async def collect_garbage(self, referenced: Callable[[str], Awaitable[set[str]]]) -> int:
-        """Drop shared bytes older than :data:`GRACE` that their session no longer references
-        (``referenced(session_id)``: the digests it does; none once it is deleted); returns how many
-        blobs went."""
+    async def stale(self) -> dict[str, list[str]]:
+        """The digests of shared bytes older than :data:`GRACE`, by session: the candidates of a garbage
+        collection (those their session no longer references go, :meth:`drop`)."""
+
+    @abc.abstractmethod
+    async def drop(self, session_id: str, digests: Iterable[str]) -> int:
+        """Drop these bytes of the session if they are still older than :data:`GRACE` (not shared again
+        since :meth:`stale` listed them); returns how many blobs went."""
 
 
 def _checked(sha256: str) -> str:
@@ -172,7 +176,7 @@ class DatabaseBlobs(SharedBlobs):
         async with self.database.write() as session:
             await session.execute(delete(BlobChunkRow).where(BlobChunkRow.session_id == session_id))
 
-    async def collect_garbage(self, referenced: Callable[[str], Awaitable[set[str]]]) -> int:
+    async def stale(self) -> dict[str, list[str]]:
         cutoff = utcnow() - GRACE
         async with self.database.read() as session:
             rows = (
@@ -185,16 +189,18 @@ class DatabaseBlobs(SharedBlobs):
         by_session: dict[str, list[str]] = {}
         for session_id, sha256 in rows:
             by_session.setdefault(session_id, []).append(sha256)
+        return by_session
+
+    async def drop(self, session_id: str, digests: Iterable[str]) -> int:
+        cutoff = utcnow() - GRACE
         removed = 0
-        for session_id, digests in by_session.items():
-            keep = await referenced(session_id)
-            for sha256 in (d for d in digests if d not in keep):
-                blob = (BlobChunkRow.session_id == session_id, BlobChunkRow.sha256 == sha256)
-                async with self.database.write() as session:
-                    still_old = await session.scalar(
-                        select(exists().where(*blob, BlobChunkRow.seq == 0, BlobChunkRow.created_at < cutoff))
-                    )
-                    if still_old:  # not shared again since it was listed
-                        await session.execute(delete(BlobChunkRow).where(*blob))
-                        removed += 1
+        for sha256 in digests:
+            blob = (BlobChunkRow.session_id == session_id, BlobChunkRow.sha256 == sha256)
+            async with self.database.write() as session:
+                still_old = await session.scalar(
+                    select(exists().where(*blob, BlobChunkRow.seq == 0, BlobChunkRow.created_at < cutoff))
+                )
+                if still_old:  # not shared again since it was listed
+                    await session.execute(delete(BlobChunkRow).where(*blob))
+                    removed += 1
         return removed

@@ -63,12 +63,12 @@ async def test_a_stalled_disk_under_kernel_state_never_stalls_the_event_loop(
     service: FleetService, model_server: ScriptedModelServer, stalled_disk: list[tuple[str, int]]
 ) -> None:
     loop_thread = threading.get_ident()
-    session = await service.create_session(name="s")
+    session = await service.sessions.create(name="s")
     model_server.script("root", rlm_step("Keep.", "rows = [1, 2, 3]\nSUBMIT(answer='kept')"))
     async with LoopGaps() as gaps:
-        turn, _ = await service.submit_turn("s", TurnSubmission(message="keep"))
-        done = await service.wait_for_turn(turn.id)
-        status = await service.restart_kernel("s")
+        turn, _ = await service.turns.submit("s", TurnSubmission(message="keep"))
+        done = await service.turns.wait(turn.id)
+        status = await service.kernels.restart("s")
     assert done.status == "completed"
     assert status.live is False and status.ended is not None and status.ended["reason"] == "restart"
     assert [s for s, _ in stalled_disk].count(session.id) >= 3, "opening, snapshot and restart each write the state"
@@ -117,12 +117,12 @@ async def test_a_change_that_says_nothing_changed_writes_nothing_and_a_deleted_s
 async def test_a_kernel_whose_state_cannot_be_written_still_ends_and_its_sandbox_goes(
     service: FleetService, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    session = await service.create_session(name="s")
+    session = await service.sessions.create(name="s")
     model_server.script("root", rlm_step("Keep.", "rows = [1]\nSUBMIT(answer='kept')"))
-    turn, _ = await service.submit_turn("s", TurnSubmission(message="keep"))
-    assert (await service.wait_for_turn(turn.id)).status == "completed"
-    await service.kernels.settled(session.id)
-    kernel = service.kernels.live[session.id]
+    turn, _ = await service.turns.submit("s", TurnSubmission(message="keep"))
+    assert (await service.turns.wait(turn.id)).status == "completed"
+    await service.kernels.registry.settled(session.id)
+    kernel = service.kernels.registry.live[session.id]
     pid = kernel.started.sandbox.worker_pid  # type: ignore[attr-defined]
     assert isinstance(pid, int) and pid_alive(pid)
 
@@ -130,8 +130,8 @@ async def test_a_kernel_whose_state_cannot_be_written_still_ends_and_its_sandbox
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(KernelStateFiles, "write", full)
-    await service.restart_kernel("s")
-    assert session.id not in service.kernels.live
+    await service.kernels.restart("s")
+    assert session.id not in service.kernels.registry.live
     deadline = time.monotonic() + 10
     while pid_alive(pid) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
@@ -141,7 +141,7 @@ async def test_a_kernel_whose_state_cannot_be_written_still_ends_and_its_sandbox
 async def test_a_kernel_that_fails_to_open_is_not_left_holding_the_session(
     service: FleetService, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     load = KernelStateFiles.load
     failures = [OSError(5, "Input/output error")]
 
@@ -152,10 +152,10 @@ async def test_a_kernel_that_fails_to_open_is_not_left_holding_the_session(
 
     monkeypatch.setattr(KernelStateFiles, "load", flaky)
     model_server.script("root", rlm_step("Fine.", "SUBMIT(answer='fine')"))
-    failed, _ = await service.submit_turn("s", TurnSubmission(message="first"))
-    assert (await service.wait_for_turn(failed.id)).status == "failed"
-    assert service.kernels.live == {}
+    failed, _ = await service.turns.submit("s", TurnSubmission(message="first"))
+    assert (await service.turns.wait(failed.id)).status == "failed"
+    assert service.kernels.registry.live == {}
     model_server.script("root", rlm_step("Fine.", "SUBMIT(answer='fine')"))
-    retried, _ = await service.submit_turn("s", TurnSubmission(message="again"))
-    done = await asyncio.wait_for(service.wait_for_turn(retried.id), 60)
+    retried, _ = await service.turns.submit("s", TurnSubmission(message="again"))
+    done = await asyncio.wait_for(service.turns.wait(retried.id), 60)
     assert done.status == "completed" and done.answer == "fine"

@@ -13,22 +13,22 @@ pytestmark = pytest.mark.anyio
 
 async def pool_filled(service: FleetService, count: int) -> None:
     for _ in range(300):
-        if service.pool.idle_count >= count:
+        if service.kernels.pool.idle_count >= count:
             return
         await asyncio.sleep(0.02)
-    raise AssertionError(f"the pool never held {count} started sandboxes: {service.pool.last_error}")
+    raise AssertionError(f"the pool never held {count} started sandboxes: {service.kernels.pool.last_error}")
 
 
 async def test_turns_take_a_started_sandbox_and_the_pool_refills(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
     await pool_filled(service, 1)
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     model_server.script("root", rlm_step("Where am I?", "import os\nSUBMIT(answer=str(sorted(os.listdir('.'))))"))
-    turn, _ = await service.submit_turn("s", TurnSubmission(message="x"))
-    done = await service.wait_for_turn(turn.id)
+    turn, _ = await service.turns.submit("s", TurnSubmission(message="x"))
+    done = await service.turns.wait(turn.id)
     assert done.status == "completed" and done.answer == "['artifacts', 'files', 'memory', 'skills', 'tmp']"
-    assert (service.pool.warm_leases, service.pool.cold_leases) == (1, 0)
+    assert (service.kernels.pool.warm_leases, service.kernels.pool.cold_leases) == (1, 0)
     await pool_filled(service, 1)
 
 
@@ -36,12 +36,12 @@ async def test_a_session_with_other_sandbox_limits_gets_a_cold_sandbox_that_hono
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
     await pool_filled(service, 1)
-    await service.create_session(name="strict", settings={"execution_timeout": 1.0})
+    await service.sessions.create(name="strict", settings={"execution_timeout": 1.0})
     model_server.script(
         "root",
         rlm_step("Spin.", "import time\ntime.sleep(5)"),
         rlm_step("Give up.", "SUBMIT(answer='stopped')"),
     )
-    turn, _ = await service.submit_turn("strict", TurnSubmission(message="x"))
-    done = await service.wait_for_turn(turn.id)
+    turn, _ = await service.turns.submit("strict", TurnSubmission(message="x"))
+    done = await service.turns.wait(turn.id)
     assert done.status == "completed" and done.usage["sandbox_errors"] == 1

@@ -123,11 +123,11 @@ async def test_on_sqlite_the_server_runs_turns_itself_even_with_its_workers_turn
     fleet = FleetService(settings, database=Database(str(settings.database_url)))
     await fleet.start()
     try:
-        assert fleet.runs_turns
-        await fleet.create_session(name="s")
+        assert fleet.turns.worker is not None  # it runs turns
+        await fleet.sessions.create(name="s")
         model_server.script("root", rlm_step("Answer.", "SUBMIT(answer='ran')"))
-        turn, _ = await fleet.submit_turn("s", TurnSubmission(message="run me"))
-        done = await asyncio.wait_for(fleet.wait_for_turn(turn.id), 60)
+        turn, _ = await fleet.turns.submit("s", TurnSubmission(message="run me"))
+        done = await asyncio.wait_for(fleet.turns.wait(turn.id), 60)
         assert (done.status, done.answer) == ("completed", "ran")
     finally:
         await fleet.stop()
@@ -158,19 +158,19 @@ async def test_a_process_that_ends_with_its_caller_runs_its_own_turns_and_no_oth
     fleet = FleetService(settings, database=Database(str(settings.database_url)), serves_queue=False)
     await fleet.start()
     try:
-        (theirs,) = await queue_turns(fleet.store, 1)
+        (theirs,) = await queue_turns(fleet.parts.store, 1)
         for name in ("first", "second"):
-            await fleet.create_session(name=name)
+            await fleet.sessions.create(name=name)
             step = f"import time\ntime.sleep(1)\nSUBMIT(answer={name!r})"
             model_server.script_for_task("root", name, rlm_step("Answer.", step))
-        first, _ = await fleet.submit_turn("first", TurnSubmission(message="first"))
-        second, _ = await fleet.submit_turn("second", TurnSubmission(message="second"))
-        assert (await fleet.store.get_turn(second.id)).runner is None, "no room: queued"
+        first, _ = await fleet.turns.submit("first", TurnSubmission(message="first"))
+        second, _ = await fleet.turns.submit("second", TurnSubmission(message="second"))
+        assert (await fleet.parts.store.get_turn(second.id)).runner is None, "no room: queued"
 
         for turn in (first, second):
-            done = await asyncio.wait_for(fleet.wait_for_turn(turn.id), 60)
-            assert (done.status, done.answer, done.runner) == ("completed", turn.message, fleet.runner)
-        left = await fleet.store.get_turn(theirs)
+            done = await asyncio.wait_for(fleet.turns.wait(turn.id), 60)
+            assert (done.status, done.answer, done.runner) == ("completed", turn.message, fleet.parts.runner)
+        left = await fleet.parts.store.get_turn(theirs)
         assert (left.status, left.runner) == ("queued", None)
     finally:
         await fleet.stop()

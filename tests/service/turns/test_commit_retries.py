@@ -39,18 +39,18 @@ async def test_a_transient_commit_failure_is_retried(
     service: FleetService, model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     failing = FailingCalls(failures=1)
-    monkeypatch.setattr(service.store, "commit_turns", failing_ends(service.store, failing))
-    await service.create_session(name="retry")
+    monkeypatch.setattr(service.parts.store, "commit_turns", failing_ends(service.parts.store, failing))
+    await service.sessions.create(name="retry")
     model_server.script("root", ANSWER)
-    turn, _ = await service.submit_turn("retry", TurnSubmission(message="the answer"))
+    turn, _ = await service.turns.submit("retry", TurnSubmission(message="the answer"))
 
-    events = [e async for e in await service.events(turn.id) if e is not None]
-    done = await service.wait_for_turn(turn.id)
+    events = [e async for e in await service.turns.events(turn.id) if e is not None]
+    done = await service.turns.wait(turn.id)
 
     assert failing.calls == 2  # the group commit, then the turn's own
     assert events[-1].type is EventType.TURN_COMPLETED
     assert (done.status, done.answer) == ("completed", "forty-two")
-    stored = await service.store.events_after(turn.id)
+    stored = await service.parts.store.events_after(turn.id)
     assert stored[-1].type is EventType.TURN_COMPLETED
     assert [e.seq for e in stored] == [e.seq for e in events]
 
@@ -63,14 +63,14 @@ async def test_a_persistent_commit_failure_surfaces_and_the_lapsed_lease_closes_
     await first.start()
     try:
         failing = FailingCalls(failures=None)
-        monkeypatch.setattr(first.store, "commit_turns", failing_ends(first.store, failing))
-        await first.create_session(name="stuck")
+        monkeypatch.setattr(first.parts.store, "commit_turns", failing_ends(first.parts.store, failing))
+        await first.sessions.create(name="stuck")
         model_server.script("root", ANSWER)
-        turn, _ = await first.submit_turn("stuck", TurnSubmission(message="the answer"))
+        turn, _ = await first.turns.submit("stuck", TurnSubmission(message="the answer"))
 
-        events = [e async for e in await first.events(turn.id) if e is not None]
-        closed = await first.wait_for_turn(turn.id)
-        stored = [e async for e in await first.events(turn.id) if e is not None]
+        events = [e async for e in await first.turns.events(turn.id) if e is not None]
+        closed = await first.turns.wait(turn.id)
+        stored = [e async for e in await first.turns.events(turn.id) if e is not None]
     finally:
         await first.stop()
 
@@ -81,8 +81,8 @@ async def test_a_persistent_commit_failure_surfaces_and_the_lapsed_lease_closes_
     assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
 
     second = FleetService(settings, database=Database(str(settings.database_url)))
-    await second.start(run_turns=False)
+    reconciled = await second.start(run_turns=False)
     try:
-        assert second.interrupted_at_start == []
+        assert reconciled.interrupted == []
     finally:
         await second.stop()

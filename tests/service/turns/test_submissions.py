@@ -22,13 +22,13 @@ pytestmark = pytest.mark.anyio
 def hold_batches(service: FleetService) -> asyncio.Event:
     """Batches of submissions wait to be stored until the returned event is set."""
     release = asyncio.Event()
-    store_turns = service.store.create_turns
+    store_turns = service.parts.store.create_turns
 
     async def held(news):  # type: ignore[no-untyped-def]
         await release.wait()
         return await store_turns(news)
 
-    service.store.create_turns = held  # type: ignore[method-assign]
+    service.parts.store.create_turns = held  # type: ignore[method-assign]
     return release
 
 
@@ -48,14 +48,14 @@ async def test_a_burst_of_submissions_is_queued_in_a_few_transactions(
     model_server.script("root", *[rlm_step("Done.", "SUBMIT(answer='ok')")] * 12)
     names = [f"burst-{index}" for index in range(12)]
     for name in names:
-        await service.create_session(name=name)
+        await service.sessions.create(name=name)
     commits: list[int] = []
     session_reads: list[str] = []
-    event.listen(service.store.db.write_engine.sync_engine, "commit", lambda _connection: commits.append(1))
-    for engine in {service.store.db.read_engine, service.store.db.write_engine}:
+    event.listen(service.parts.store.db.write_engine.sync_engine, "commit", lambda _connection: commits.append(1))
+    for engine in {service.parts.store.db.read_engine, service.parts.store.db.write_engine}:
         event.listen(engine.sync_engine, "before_cursor_execute", reading_sessions(session_reads))
-    submitted = [service.submit_turn(name, TurnSubmission(message=f"task of {name}")) for name in names]
-    lost = service.submit_turn("no-such-session", TurnSubmission(message="lost"))
+    submitted = [service.turns.submit(name, TurnSubmission(message=f"task of {name}")) for name in names]
+    lost = service.turns.submit("no-such-session", TurnSubmission(message="lost"))
 
     answers = await asyncio.gather(*submitted, lost, return_exceptions=True)
 
@@ -67,7 +67,7 @@ async def test_a_burst_of_submissions_is_queued_in_a_few_transactions(
     assert 1 <= len(session_reads) <= creating_commits  # read by each batch: never once per submission
     for answer in turns:
         assert isinstance(answer, tuple)
-        done = await service.wait_for_turn(answer[0].id)
+        done = await service.turns.wait(answer[0].id)
         assert done.message.startswith("task of burst-") and done.status == "completed", done.error
 
 
@@ -78,10 +78,10 @@ async def test_a_turn_stored_for_a_caller_that_went_away_still_runs(
     it stored is started (its room is not given back with the turn left queued): the session is not
     stuck with a turn nobody runs."""
     model_server.script("root", rlm_step("Done.", "SUBMIT(answer='ok')"))
-    session = await service.create_session(name="gone")
+    session = await service.sessions.create(name="gone")
     release = hold_batches(service)
-    caller = asyncio.create_task(service.submit_turn(session.id, TurnSubmission(message="left behind")))
-    while not service.submissions._task:  # taken into a batch, which waits for ``release``
+    caller = asyncio.create_task(service.turns.submit(session.id, TurnSubmission(message="left behind")))
+    while not service.turns.submissions._task:  # taken into a batch, which waits for ``release``
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)
     caller.cancel()
@@ -90,42 +90,42 @@ async def test_a_turn_stored_for_a_caller_that_went_away_still_runs(
         await caller
 
     for _ in range(500):  # its batch finishes storing after the caller was told
-        if turns := await service.list_turns(session.id):
+        if turns := await service.turns.in_session(session.id):
             break
         await asyncio.sleep(0.01)
     assert [turn.message for turn in turns] == ["left behind"]
-    done = await service.wait_for_turn(turns[0].id)
+    done = await service.turns.wait(turns[0].id)
     assert done.status == "completed", done.error
-    again, created = await service.submit_turn(session.id, TurnSubmission(message="next"))
+    again, created = await service.turns.submit(session.id, TurnSubmission(message="next"))
     assert created
-    await service.wait_for_turn(again.id)
+    await service.turns.wait(again.id)
 
 
 async def test_a_caller_cancelled_before_its_batch_stores_nothing(service: FleetService) -> None:
-    sessions = [await service.create_session(name=f"wait-{index}") for index in range(2)]
+    sessions = [await service.sessions.create(name=f"wait-{index}") for index in range(2)]
     release = hold_batches(service)
-    first = asyncio.create_task(service.submit_turn(sessions[0].id, TurnSubmission(message="first")))
-    while not service.submissions._task:
+    first = asyncio.create_task(service.turns.submit(sessions[0].id, TurnSubmission(message="first")))
+    while not service.turns.submissions._task:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)  # the first batch is being stored: the second waits for the next
-    second = asyncio.create_task(service.submit_turn(sessions[1].id, TurnSubmission(message="second")))
+    second = asyncio.create_task(service.turns.submit(sessions[1].id, TurnSubmission(message="second")))
     await asyncio.sleep(0.05)
     second.cancel()
     release.set()
     with pytest.raises(asyncio.CancelledError):
         await second
     turn, _ = await first
-    assert await service.list_turns(sessions[1].id) == []
-    await service.wait_for_turn(turn.id)
+    assert await service.turns.in_session(sessions[1].id) == []
+    await service.turns.wait(turn.id)
 
 
 async def test_a_submission_after_the_queue_closed_is_refused_and_still_settled(service: FleetService) -> None:
     """Refused, it is settled all the same: a turn's room taken before submitting is given back."""
-    session = await service.create_session(name="late")
-    queue = SubmissionQueue(service.store)
+    session = await service.sessions.create(name="late")
+    queue = SubmissionQueue(service.parts.store)
     await queue.close()
     settled: list[object] = []
     with pytest.raises(SubmissionsClosed):
         await queue.create(NewTurn(session.id, "too late"), settled.append)
     assert len(settled) == 1 and isinstance(settled[0], SubmissionsClosed)
-    assert await service.list_turns(session.id) == []
+    assert await service.turns.in_session(session.id) == []

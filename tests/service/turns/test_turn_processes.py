@@ -33,22 +33,22 @@ async def service(model_server: ScriptedModelServer, home: Path) -> AsyncIterato
 
 
 def turn_process(service: FleetService) -> psutil.Process:
-    assert isinstance(service.engine, TurnProcesses)
-    (child,) = service.engine.children
+    assert isinstance(service.turns.engine, TurnProcesses)
+    (child,) = service.turns.engine.children
     return psutil.Process(child.process.pid)
 
 
 async def run(service: FleetService, session: str, message: str) -> tuple[str, str | None, list[EventType]]:
-    turn, _ = await service.submit_turn(session, TurnSubmission(message=message))
-    done = await service.wait_for_turn(turn.id)
-    events = await service.store.events_after(turn.id)
+    turn, _ = await service.turns.submit(session, TurnSubmission(message=message))
+    done = await service.turns.wait(turn.id)
+    events = await service.parts.store.events_after(turn.id)
     return done.status, done.answer if done.status == "completed" else done.error, [e.type for e in events]
 
 
 async def test_a_turn_in_a_turn_process_streams_calls_tools_remembers_and_keeps_its_kernel(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     first = (
         "answer = llm_query('what is the capital of France?')\n"
         "print('sub says', answer)\n"
@@ -62,11 +62,11 @@ async def test_a_turn_in_a_turn_process_streams_calls_tools_remembers_and_keeps_
     assert (status, answer) == ("completed", "Paris")
     for expected in (EventType.TOOL_STARTED, EventType.TOOL_FINISHED, EventType.MEMORY_PROPOSED):
         assert expected in types
-    turn = (await service.store.list_turns((await service.get_session("s")).id))[0]
-    outputs = [e.data["text"] for e in await service.store.events_after(turn.id) if e.type is EventType.OUTPUT]
+    turn = (await service.parts.store.list_turns((await service.sessions.get("s")).id))[0]
+    outputs = [e.data["text"] for e in await service.parts.store.events_after(turn.id) if e.type is EventType.OUTPUT]
     assert "sub says Paris" in "".join(outputs)
     assert [e.text for e in await service.memory.entries()] == ["the person asks about France"]
-    assert [r.path for r, _ in await service.list_files("s")] == ["artifacts/note.txt"]
+    assert [r.path for r, _ in await service.files.in_session("s")] == ["artifacts/note.txt"]
 
     # The session's kernel lives in the server, so the next turn (in any turn process) finds x.
     model_server.script("root", rlm_step("Use x.", "SUBMIT(answer=str(x + 1))"))
@@ -78,7 +78,7 @@ async def test_failing_and_crashing_code_is_reported_as_on_the_servers_own_threa
 ) -> None:
     """What crosses from the sandbox to the engine in another process keeps its parts: the failed
     line and type of an exception, and a crash's cause and the output before it."""
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     model_server.script(
         "root",
         rlm_step("Divide.", "x = 41\nprint(1 / 0)"),
@@ -86,10 +86,10 @@ async def test_failing_and_crashing_code_is_reported_as_on_the_servers_own_threa
         rlm_step("Carry on.", "print('x survived:', 'x' in globals())"),
         rlm_step("Done.", "SUBMIT(answer='carried on')"),
     )
-    turn, _ = await service.submit_turn("s", TurnSubmission(message="fail then crash"))
-    done = await service.wait_for_turn(turn.id)
+    turn, _ = await service.turns.submit("s", TurnSubmission(message="fail then crash"))
+    done = await service.turns.wait(turn.id)
     assert (done.status, done.answer) == ("completed", "carried on")
-    events = await service.store.events_after(turn.id)
+    events = await service.parts.store.events_after(turn.id)
     [failed] = [e.data for e in events if e.type is EventType.EXECUTION_FAILED]
     assert (failed["error_type"], failed["line"]) == ("ZeroDivisionError", 2)
     [restarted] = [e.data for e in events if e.type is EventType.SANDBOX_RESTARTED]
@@ -101,7 +101,7 @@ async def test_failing_and_crashing_code_is_reported_as_on_the_servers_own_threa
 
 
 async def test_child_agents_run_from_a_turn_process(service: FleetService, model_server: ScriptedModelServer) -> None:
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     parent = "r = spawn_agent('child count')\nSUBMIT(answer=str(r['answer']))"
     model_server.script_for_task("root", "PARENT", rlm_step("Delegate.", parent))
     model_server.script_for_task("root", "child count", rlm_step("Count.", "SUBMIT(answer=str(sum(range(10))))"))
@@ -113,13 +113,13 @@ async def test_child_agents_run_from_a_turn_process(service: FleetService, model
 async def test_cancel_reaches_code_running_for_a_turn_process(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     model_server.script("root", rlm_step("Slow.", SLOW))
-    turn, _ = await service.submit_turn("s", TurnSubmission(message="slow"))
+    turn, _ = await service.turns.submit("s", TurnSubmission(message="slow"))
     await wait_for_output(service, turn.id, "started")
     asked = time.monotonic()
-    await service.cancel_turn(turn.id)
-    done = await service.wait_for_turn(turn.id)
+    await service.turns.cancel(turn.id)
+    done = await service.turns.wait(turn.id)
     assert done.status == "cancelled"
     assert time.monotonic() - asked < 5
     model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='still works')"))
@@ -129,16 +129,16 @@ async def test_cancel_reaches_code_running_for_a_turn_process(
 async def test_a_killed_turn_process_fails_its_turn_and_is_replaced(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     doomed = turn_process(service)
     model_server.script("root", rlm_step("Slow.", SLOW))
-    turn, _ = await service.submit_turn("s", TurnSubmission(message="slow"))
+    turn, _ = await service.turns.submit("s", TurnSubmission(message="slow"))
     await wait_for_output(service, turn.id, "started")
     doomed.send_signal(signal.SIGKILL)
-    done = await service.wait_for_turn(turn.id)
+    done = await service.turns.wait(turn.id)
     assert done.status == "failed"
     assert done.error is not None and "engine process ended unexpectedly" in done.error
-    events = await service.store.events_after(turn.id)
+    events = await service.parts.store.events_after(turn.id)
     assert [e.type for e in events if e.terminal] == [EventType.TURN_FAILED]
 
     model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='on a new process')"))
@@ -151,7 +151,7 @@ async def test_sandbox_code_cannot_reach_the_turn_process(
 ) -> None:
     """The turn process (root, holding the model keys) is outside the sandbox's process namespace and
     holds no file descriptor the sandbox inherits: signalling its pid reaches nothing of it."""
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     target = turn_process(service)
     attack = (
         "import os, signal\n"
@@ -164,10 +164,12 @@ async def test_sandbox_code_cannot_reach_the_turn_process(
         "SUBMIT(answer='tried')"
     )
     model_server.script("root", rlm_step("Attack.", attack))
-    turn, _ = await service.submit_turn("s", TurnSubmission(message="attack"))
-    done = await service.wait_for_turn(turn.id)
+    turn, _ = await service.turns.submit("s", TurnSubmission(message="attack"))
+    done = await service.turns.wait(turn.id)
     assert (done.status, done.answer) == ("completed", "tried")
-    said = "".join(str(e.data["text"]) for e in await service.store.events_after(turn.id) if e.type is EventType.OUTPUT)
+    said = "".join(
+        str(e.data["text"]) for e in await service.parts.store.events_after(turn.id) if e.type is EventType.OUTPUT
+    )
     assert "fds [" in said and "socket:" not in said, said
     assert "refused" in said and "sent" not in said.split("fds")[0], said
     assert target.is_running() and target.status() != psutil.STATUS_ZOMBIE
@@ -179,7 +181,7 @@ async def test_a_kernel_printing_in_the_background_does_not_disturb_its_next_tur
 ) -> None:
     """A kernel's threads may print while the next turn is handed the kernel: those reports reach
     a turn process before it has heard of that sandbox, and must not break it."""
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     chatter = (
         "import threading, time\n"
         "def chatter():\n    while True:\n        print('tick', flush=True)\n        time.sleep(0.002)\n"
@@ -198,7 +200,7 @@ async def test_a_kernel_printing_in_the_background_does_not_disturb_its_next_tur
 async def test_a_turn_its_turn_process_cannot_start_fails_at_once(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     model_server.script(
         "root",
         rlm_step(
@@ -218,16 +220,16 @@ async def test_a_turn_its_turn_process_cannot_start_fails_at_once(
 async def test_a_cancel_ends_the_turn_even_when_its_turn_process_does_not_answer(
     service: FleetService, model_server: ScriptedModelServer
 ) -> None:
-    await service.create_session(name="s")
+    await service.sessions.create(name="s")
     stuck = turn_process(service)
     model_server.script("root", rlm_step("Slow.", SLOW))
-    turn, _ = await service.submit_turn("s", TurnSubmission(message="slow"))
+    turn, _ = await service.turns.submit("s", TurnSubmission(message="slow"))
     await wait_for_output(service, turn.id, "started")
     stuck.suspend()
     try:
         asked = time.monotonic()
-        await service.cancel_turn(turn.id)
-        done = await service.wait_for_turn(turn.id)
+        await service.turns.cancel(turn.id)
+        done = await service.turns.wait(turn.id)
         assert done.status == "cancelled"
         assert time.monotonic() - asked < 10
     finally:
@@ -242,11 +244,11 @@ async def test_stopping_the_service_ends_its_turn_processes_at_once(
     settings = scripted_settings(model_server, home, sandbox_pool_size=0, worker_turn_processes=2)
     fleet = FleetService(settings, database=Database.from_settings(settings))
     await fleet.start()
-    await fleet.create_session(name="s")
+    await fleet.sessions.create(name="s")
     model_server.script("root", rlm_step("Quick.", "SUBMIT(answer='ok')"))
     assert (await run(fleet, "s", "go"))[:2] == ("completed", "ok")
-    assert isinstance(fleet.engine, TurnProcesses)
-    children = [child.process for child in fleet.engine.children]
+    assert isinstance(fleet.turns.engine, TurnProcesses)
+    children = [child.process for child in fleet.turns.engine.children]
     stopping = time.monotonic()
     await fleet.stop()
     assert time.monotonic() - stopping < 8

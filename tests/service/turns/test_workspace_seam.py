@@ -32,26 +32,26 @@ async def test_files_cross_into_and_out_of_the_sandbox_through_the_configured_ba
     service = FleetService(settings, database=Database(str(settings.database_url)))
     await service.start()
     try:
-        await service.create_session(name="s")
-        await service.upload_file("s", "data/sales.csv", io.BytesIO(b"a\nb\nc\n"))
-        entry, _ = await service.store.propose_memory(
+        await service.sessions.create(name="s")
+        await service.files.upload("s", "data/sales.csv", io.BytesIO(b"a\nb\nc\n"))
+        entry, _ = await service.parts.store.propose_memory(
             "rows are lines", "", session_id=None, turn_id=None, max_pending=9
         )
         await service.memory.approve(entry.id)
         model_server.script("root", rlm_step("Count.", WRITE))
-        turn, _ = await service.submit_turn("s", TurnSubmission(message="count"))
-        done = await service.wait_for_turn(turn.id)
+        turn, _ = await service.turns.submit("s", TurnSubmission(message="count"))
+        done = await service.turns.wait(turn.id)
         assert done.status == "completed", done.error
         assert done.answer is not None and done.answer.startswith("3# Memory") and "- rows are lines" in done.answer
 
-        backend = service.backend
+        backend = service.kernels.backend
         assert isinstance(backend, SeamRecordingBackend)
         assert backend.seam.pushed == ["files/data/sales.csv", "memory/MEMORIES.md"]
         # Never the link, nor memory/ (reviewed only); the kernel's snapshot crosses the same seam.
         assert backend.seam.pulled == ["artifacts/count.txt", ".kernel/snapshot.pickle"]
-        files = {record.path for record, _ in await service.list_files("s")}
+        files = {record.path for record, _ in await service.files.in_session("s")}
         assert files == {"files/data/sales.csv", "artifacts/count.txt"}
-        _, blob = await service.file_for_download("s", "artifacts/count.txt")
+        _, blob = await service.files.download("s", "artifacts/count.txt")
         assert blob.read_bytes() == b"3"
     finally:
         await service.stop()

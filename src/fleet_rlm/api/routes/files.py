@@ -5,7 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, Path, Request, Response
 
-from fleet_rlm.api.deps import Service
+from fleet_rlm.api.deps import Files
 from fleet_rlm.api.downloads import (
     CONTENT_RANGE_DOC,
     IF_NONE_MATCH_HEADER_DOC,
@@ -71,7 +71,7 @@ ETAG = {"ETag": {"schema": {"type": "string"}, "description": "The file's sha256
         },
     },
 )
-async def upload_file(session: str, form: Annotated[FileUpload, File()], service: Service) -> FileOut:
+async def upload_file(session: str, form: Annotated[FileUpload, File()], files: Files) -> FileOut:
     """Upload one file (multipart field ``file``) into the session's ``files/``; replaces a file at the same path.
     The body is cut off at the upload limit while it streams in (:mod:`fleet_rlm.api.body_limits`)."""
     field, destination = ("path", form.path) if form.path else ("file", form.file.filename or "")
@@ -87,14 +87,14 @@ async def upload_file(session: str, form: Annotated[FileUpload, File()], service
             "control characters",
         )
     upload = form.file
-    record, kind = await service.upload_file(session, destination, upload.file, declared_type=upload.content_type)
+    record, kind = await files.upload(session, destination, upload.file, declared_type=upload.content_type)
     return FileOut.of(record, str(kind))
 
 
 @router.get("/sessions/{session}/files", response_model=FileList, responses={**NOT_FOUND, **FILE_DAMAGED})
-async def list_files(session: str, service: Service) -> FileList:
+async def list_files(session: str, files: Files) -> FileList:
     """Uploads, artifacts and memory files of the session."""
-    return FileList(items=[FileOut.of(record, str(kind)) for record, kind in await service.list_files(session)])
+    return FileList(items=[FileOut.of(record, str(kind)) for record, kind in await files.in_session(session)])
 
 
 @router.get(
@@ -124,9 +124,9 @@ async def list_files(session: str, service: Service) -> FileList:
     },
     openapi_extra={"parameters": [RANGE_HEADER_DOC, IF_RANGE_HEADER_DOC, IF_NONE_MATCH_HEADER_DOC]},
 )
-async def download_file(session: str, path: StoredPath, request: Request, service: Service) -> Response:
+async def download_file(session: str, path: StoredPath, request: Request, files: Files) -> Response:
     """The file's bytes; ``ETag`` is its sha256 (``If-None-Match`` gives 304); one byte range on request."""
-    record, blob = await service.file_for_download(session, path)
+    record, blob = await files.download(session, path)
     etag = f'"{record.sha256}"'
     if none_match(request.headers, etag):
         return Response(status_code=304, headers={"ETag": etag})
@@ -140,6 +140,6 @@ async def download_file(session: str, path: StoredPath, request: Request, servic
 
 
 @router.delete("/sessions/{session}/files/{path:path}", status_code=204, responses={**BAD_PATH, **NOT_FOUND})
-async def delete_file(session: str, path: StoredPath, service: Service) -> Response:
-    await service.delete_file(session, path)
+async def delete_file(session: str, path: StoredPath, files: Files) -> Response:
+    await files.delete(session, path)
     return Response(status_code=204)

@@ -5,7 +5,7 @@ from importlib.metadata import PackageNotFoundError, version
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from fleet_rlm.api.deps import Service
+from fleet_rlm.api.deps import Kernels, Service
 from fleet_rlm.api.schemas import Check, Health, KernelsSummary, Ready
 
 router = APIRouter(tags=["health"])
@@ -19,9 +19,9 @@ def _version() -> str:
 
 
 @router.get("/health", response_model=Health)
-async def health(service: Service) -> Health:
+async def health(kernels: Kernels) -> Health:
     """The process is up; with the session kernels it keeps live and their memory."""
-    live, memory = await service.kernel_summary()
+    live, memory = await kernels.summary()
     return Health(version=_version(), kernels=KernelsSummary(live=live, memory_bytes=memory))
 
 

@@ -6,7 +6,7 @@ import dataclasses
 
 from fastapi import APIRouter
 
-from fleet_rlm.api.deps import Service
+from fleet_rlm.api.deps import Kernels
 from fleet_rlm.api.errors import ErrorBody, Responses
 from fleet_rlm.api.schemas import KernelOut
 from fleet_rlm.service.kernels.registry import KernelStatus
@@ -22,10 +22,10 @@ def _out(status: KernelStatus) -> KernelOut:
 
 
 @router.get("/sessions/{session}/kernel", response_model=KernelOut, responses=NOT_FOUND)
-async def get_kernel(session: str, service: Service) -> KernelOut:
+async def get_kernel(session: str, kernels: Kernels) -> KernelOut:
     """Whether the session's kernel is live, since when, idle for how long, its memory and variables,
     and its last snapshot (or how the last kernel ended)."""
-    return _out(await service.kernel_status(session))
+    return _out(await kernels.status(session))
 
 
 @router.post(
@@ -33,8 +33,8 @@ async def get_kernel(session: str, service: Service) -> KernelOut:
     response_model=KernelOut,
     responses={**NOT_FOUND, 409: {"model": ErrorBody, "description": "kernel_busy: a turn of the session is running"}},
 )
-async def restart_kernel(session: str, service: Service) -> KernelOut:
+async def restart_kernel(session: str, kernels: Kernels) -> KernelOut:
     """End the session's kernel and drop its snapshot: the next turn starts from nothing and is told
     which variables are gone (409 while a turn of the session runs). A kernel another process keeps ends there
     before the session's next turn."""
-    return _out(await service.restart_kernel(session))
+    return _out(await kernels.restart(session))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from fleet_rlm.api.deps import Service
+from fleet_rlm.api.deps import Quality, Service, Sessions
 from fleet_rlm.api.errors import ErrorBody, Responses
 from fleet_rlm.api.quality_schemas import (
     EvalRunCreate,
@@ -24,7 +24,6 @@ from fleet_rlm.api.text import Text
 from fleet_rlm.quality.labels import expectations_from, label_turn
 from fleet_rlm.quality.optimize import approve
 from fleet_rlm.quality.runs import QualityRuns
-from fleet_rlm.service.turns.programs import served_program
 
 router = APIRouter(tags=["evaluation"])
 LABEL_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such label (label_not_found)"}}
@@ -67,25 +66,26 @@ async def create_label(body: LabelCreate, service: Service) -> LabelOut:
 
 @router.get("/labels", response_model=LabelList, responses=SESSION_NOT_FOUND)
 async def list_labels(
-    service: Service,
+    quality: Quality,
+    sessions: Sessions,
     session: Annotated[Text | None, Query(description="Only this session's labels (id or name)")] = None,
     group: Annotated[Text | None, Query(description="Only labels of this source group")] = None,
 ) -> LabelList:
     """Labels, oldest first."""
-    session_id = (await service.get_session(session)).id if session else None
-    records = await service.store.list_labels(session_id=session_id, groups=[group] if group else None)
+    session_id = (await sessions.get(session)).id if session else None
+    records = await quality.labels(session_id=session_id, groups=[group] if group else None)
     return LabelList(items=[LabelOut.of(r) for r in records])
 
 
 @router.get("/labels/{label}", response_model=LabelOut, responses=LABEL_NOT_FOUND)
-async def get_label(label: str, service: Service) -> LabelOut:
+async def get_label(label: str, quality: Quality) -> LabelOut:
     """``label`` is the label's id or the labeled turn's id."""
-    return LabelOut.of(await service.store.get_label(label))
+    return LabelOut.of(await quality.label(label))
 
 
 @router.delete("/labels/{label}", status_code=204, responses=LABEL_NOT_FOUND)
-async def delete_label(label: str, service: Service) -> Response:
-    await service.store.delete_label(label)
+async def delete_label(label: str, quality: Quality) -> Response:
+    await quality.delete_label(label)
     return Response(status_code=204)
 
 
@@ -153,17 +153,17 @@ async def get_optimization(run_id: str, request: Request) -> RunOut:
 
 
 @router.get("/programs", response_model=ProgramList)
-async def list_programs(service: Service) -> ProgramList:
+async def list_programs(quality: Quality) -> ProgramList:
     """Candidates, approved and retired programs, oldest first, and the one serving."""
-    serving = (await served_program(service.store)).version
-    return ProgramList(serving=serving, items=[ProgramOut.of(p, serving) for p in await service.store.list_programs()])
+    serving = (await quality.serving()).version
+    return ProgramList(serving=serving, items=[ProgramOut.of(p, serving) for p in await quality.programs()])
 
 
 @router.get("/programs/{version}", response_model=ProgramOut, responses=PROGRAM_NOT_FOUND)
-async def get_program(version: str, service: Service) -> ProgramOut:
+async def get_program(version: str, quality: Quality) -> ProgramOut:
     """A program with its gate report, condition by condition."""
-    serving = (await served_program(service.store)).version
-    return ProgramOut.of(await service.store.get_program(version), serving)
+    serving = (await quality.serving()).version
+    return ProgramOut.of(await quality.program(version), serving)
 
 
 @router.post(
@@ -189,8 +189,8 @@ async def approve_program(version: str, service: Service) -> ProgramOut:
     response_model=ProgramOut,
     responses={409: {"model": ErrorBody, "description": "nothing_to_roll_back: the built-in program serves"}},
 )
-async def rollback_program(service: Service) -> ProgramOut:
+async def rollback_program(quality: Quality) -> ProgramOut:
     """Retire the serving program; the one approved before it (or the built-in program) serves again."""
-    record = await service.store.retire_active_program()
-    serving = (await served_program(service.store)).version
+    record = await quality.retire_program()
+    serving = (await quality.serving()).version
     return ProgramOut.of(record, serving)

@@ -7,7 +7,7 @@ from typing import Annotated, NoReturn
 from fastapi import APIRouter, File, HTTPException, Query, Response
 from starlette.background import BackgroundTask
 
-from fleet_rlm.api.deps import Service
+from fleet_rlm.api.deps import Archives, Service, Sessions
 from fleet_rlm.api.downloads import StoredFileResponse
 from fleet_rlm.api.errors import CONNECTION_CLOSE, FILE_DAMAGED, ErrorBody, Responses
 from fleet_rlm.api.schemas import MAX_INT32, ArchiveUpload, SessionCreate, SessionOut, SessionPage, SessionPatch
@@ -28,34 +28,34 @@ async def import_is_not_a_session() -> NoReturn:
 
 
 @router.post("/sessions", status_code=201, response_model=SessionOut, responses={**BAD_NAME, **NAME_TAKEN})
-async def create_session(body: SessionCreate, service: Service) -> SessionOut:
-    record = await service.create_session(name=body.name, title=body.title, mode=body.mode, settings=body.settings)
+async def create_session(body: SessionCreate, sessions: Sessions) -> SessionOut:
+    record = await sessions.create(name=body.name, title=body.title, mode=body.mode, settings=body.settings)
     return SessionOut.of(record)
 
 
 @router.get("/sessions", response_model=SessionPage)
 async def list_sessions(
-    service: Service,
+    sessions: Sessions,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_INT32)] = 0,
 ) -> SessionPage:
     """Sessions, most recently active first."""
-    records = await service.list_sessions(limit=limit + 1, offset=offset)
+    records = await sessions.recent(limit=limit + 1, offset=offset)
     more = len(records) > limit
     return SessionPage(items=[SessionOut.of(r) for r in records[:limit]], next_offset=offset + limit if more else None)
 
 
 @router.get("/sessions/{session}", response_model=SessionOut, responses=NOT_FOUND)
-async def get_session(session: str, service: Service) -> SessionOut:
+async def get_session(session: str, sessions: Sessions) -> SessionOut:
     """``session`` is the id or the unique name."""
-    return SessionOut.of(await service.get_session(session))
+    return SessionOut.of(await sessions.get(session))
 
 
 @router.patch("/sessions/{session}", response_model=SessionOut, responses={**BAD_NAME, **NOT_FOUND, **NAME_TAKEN})
-async def update_session(session: str, body: SessionPatch, service: Service) -> SessionOut:
+async def update_session(session: str, body: SessionPatch, sessions: Sessions) -> SessionOut:
     """Change only the fields given."""
     changes = body.model_dump(exclude_unset=True)
-    return SessionOut.of(await service.update_session(session, **changes))
+    return SessionOut.of(await sessions.update(session, **changes))
 
 
 @router.delete(
@@ -63,9 +63,9 @@ async def update_session(session: str, body: SessionPatch, service: Service) -> 
     status_code=204,
     responses={**NOT_FOUND, 409: {"model": ErrorBody, "description": "session_busy: one of its turns is running"}},
 )
-async def delete_session(session: str, service: Service) -> Response:
+async def delete_session(session: str, sessions: Sessions) -> Response:
     """Delete the session with its turns, events and files (409 while a turn runs)."""
-    await service.delete_session(session)
+    await sessions.delete(session)
     return Response(status_code=204)
 
 
@@ -90,7 +90,7 @@ async def export_session(session: str, service: Service) -> StoredFileResponse:
     path = Path(handle.name)
     try:
         with handle:
-            record = await service.export_session(session, handle)
+            record = await service.archives.export(session, handle)
     except BaseException:
         path.unlink(missing_ok=True)
         raise
@@ -129,7 +129,7 @@ async def export_session(session: str, service: Service) -> StoredFileResponse:
         },
     },
 )
-async def import_session(form: Annotated[ArchiveUpload, File()], service: Service) -> SessionOut:
+async def import_session(form: Annotated[ArchiveUpload, File()], archives: Archives) -> SessionOut:
     """Restore an exported archive (multipart field ``archive``) as a new session with a new id.
     The archive is read as a stream with bounded size, entries and unpacked bytes."""
-    return SessionOut.of(await service.import_session(form.archive.file, name=form.name or None))
+    return SessionOut.of(await archives.restore(form.archive.file, name=form.name or None))

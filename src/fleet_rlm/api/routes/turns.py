@@ -6,7 +6,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 
-from fleet_rlm.api.deps import Service, Tickets
+from fleet_rlm.api.deps import Service, Tickets, Turns
 from fleet_rlm.api.errors import ErrorBody, Responses
 from fleet_rlm.api.event_schemas import EVENT_STREAM_RESPONSE
 from fleet_rlm.api.schemas import MAX_INT32, StreamTicket, TurnCreate, TurnOut, TurnPage
@@ -94,11 +94,11 @@ async def submit_turn(
         max_model_calls=body.max_model_calls,
         turn_timeout=body.turn_timeout,
     )
-    turn, created = await service.submit_turn(session, submission, idempotency_key=idempotency_key)
+    turn, created = await service.turns.submit(session, submission, idempotency_key=idempotency_key)
     headers = {"Location": f"/api/v1/turns/{turn.id}", "Vary": "Accept"}
     status = 202 if created else 200
     if streamed:
-        events = await service.event_batches(turn.id, after_seq, submitted=True)
+        events = await service.turns.event_batches(turn.id, after_seq, submitted=True)
         heartbeat = service.settings.server.sse_heartbeat_seconds
         return event_stream(events, heartbeat, status_code=status, headers=headers, retry=False)
     response.headers.update(headers)
@@ -114,15 +114,15 @@ async def list_turns(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> TurnPage:
     """The session's history, oldest first."""
-    turns = await service.list_turns(session, after=after, limit=limit + 1)
+    turns = await service.turns.in_session(session, after=after, limit=limit + 1)
     more = len(turns) > limit
     page = turns[:limit]
     return TurnPage(items=[TurnOut.of(t) for t in page], next_after=page[-1].position if more else None)
 
 
 @router.get("/turns/{turn_id}", response_model=TurnOut, responses=TURN_NOT_FOUND)
-async def get_turn(turn_id: str, service: Service) -> TurnOut:
-    return TurnOut.of(await service.get_turn(turn_id))
+async def get_turn(turn_id: str, turns: Turns) -> TurnOut:
+    return TurnOut.of(await turns.get(turn_id))
 
 
 @router.post(
@@ -131,17 +131,17 @@ async def get_turn(turn_id: str, service: Service) -> TurnOut:
     response_model=TurnOut,
     responses={**TURN_NOT_FOUND, 409: {"model": ErrorBody, "description": "The turn already ended"}},
 )
-async def cancel_turn(turn_id: str, service: Service) -> TurnOut:
+async def cancel_turn(turn_id: str, turns: Turns) -> TurnOut:
     """Ask a queued or running turn to stop; it ends ``cancelled`` within about a second."""
-    return TurnOut.of(await service.cancel_turn(turn_id))
+    return TurnOut.of(await turns.cancel(turn_id))
 
 
 @router.post("/turns/{turn_id}/events/ticket", status_code=201, response_model=StreamTicket, responses=TURN_NOT_FOUND)
-async def stream_ticket(turn_id: str, request: Request, service: Service, tickets: Tickets) -> StreamTicket:
+async def stream_ticket(turn_id: str, request: Request, turns: Turns, tickets: Tickets) -> StreamTicket:
     """A ticket that opens this turn's event stream once, within 30 seconds, without the token:
     for browsers' ``EventSource``, which cannot send headers. Reconnecting takes a new ticket (and
     ``?after=`` the last id seen)."""
-    await service.get_turn(turn_id)
+    await turns.get(turn_id)
     path = request.url.path.removesuffix("/ticket")
     ticket, expires = tickets.issue(path)
     return StreamTicket(
@@ -177,5 +177,5 @@ async def turn_events(
     """Server-sent events: replay from the start (or after ``Last-Event-ID``), then live to the
     terminal event. A disconnect does not cancel the turn."""
     after_seq = last_event_seq(last_event_id) if last_event_id is not None else after
-    events = await service.event_batches(turn_id, after_seq)
+    events = await service.turns.event_batches(turn_id, after_seq)
     return event_stream(events, service.settings.server.sse_heartbeat_seconds)

@@ -82,8 +82,8 @@ def list_labels(
     """Labels, oldest first."""
 
     async def action(service: FleetService) -> list[dict[str, Any]]:
-        session_id = (await service.get_session(session)).id if session else None
-        return [label_json(r) for r in await service.store.list_labels(session_id=session_id)]
+        session_id = (await service.sessions.get(session)).id if session else None
+        return [label_json(r) for r in await service.quality.labels(session_id=session_id)]
 
     rows = with_local_service(action)
     if as_json:
@@ -108,7 +108,7 @@ def remove_label(label_ref: Annotated[str, typer.Argument(help="Label id, or the
     """Remove a label."""
 
     async def action(service: FleetService) -> str:
-        return (await service.store.delete_label(label_ref)).id
+        return (await service.quality.delete_label(label_ref)).id
 
     print(f"removed {with_local_service(action)}")
 
@@ -128,8 +128,8 @@ def run_eval(
     console = Console(highlight=False, stderr=as_json)
 
     async def action(service: FleetService) -> Any:
-        session_id = (await service.get_session(session)).id if session else None
-        labels = await service.store.list_labels(session_id=session_id, groups=list(label_set or []))
+        session_id = (await service.sessions.get(session)).id if session else None
+        labels = await service.quality.labels(session_id=session_id, groups=list(label_set or []))
         if not labels:
             raise fail("no labels to evaluate: label captured turns with 'fleet eval label'")
         with Progress(

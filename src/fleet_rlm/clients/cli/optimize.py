@@ -51,10 +51,9 @@ def optimize_command(
     if rollback:
 
         async def rolling_back(service: FleetService) -> tuple[str, str]:
-            from fleet_rlm.service.turns.programs import served_program
 
-            retired = await service.store.retire_active_program()
-            return retired.version, (await served_program(service.store)).version
+            retired = await service.quality.retire_program()
+            return retired.version, (await service.quality.serving()).version
 
         retired, serving = with_local_service(rolling_back)
         console.print(f"retired {retired}; {serving} serves from the next turn")
@@ -86,9 +85,8 @@ def _search(console: Console, session: str | None, budget: str | None, calls: in
 
 def _list(console: Console, as_json: bool) -> None:
     async def listing(service: FleetService) -> tuple[list[dict[str, Any]], str]:
-        from fleet_rlm.service.turns.programs import served_program
 
-        serving = (await served_program(service.store)).version
+        serving = (await service.quality.serving()).version
         rows = [
             {
                 "version": p.version,
@@ -101,7 +99,7 @@ def _list(console: Console, as_json: bool) -> None:
                 "approved_at": p.approved_at.isoformat() if p.approved_at else None,
                 "retired_at": p.retired_at.isoformat() if p.retired_at else None,
             }
-            for p in await service.store.list_programs()
+            for p in await service.quality.programs()
         ]
         return rows, serving
 

@@ -55,7 +55,7 @@ def list_sessions(url: UrlOption = None, token: TokenOption = None, as_json: Jso
     """Sessions, most recently active first."""
 
     async def local(service: FleetService) -> list[dict[str, Any]]:
-        return [_session_json(r) for r in await service.list_sessions(limit=10_000)]
+        return [_session_json(r) for r in await service.sessions.recent(limit=10_000)]
 
     rows = _remote(url, token, lambda c: c.sessions()) if url else with_local_service(local)
     if as_json:
@@ -79,9 +79,9 @@ def show_session(
     async def local(service: FleetService) -> dict[str, Any]:
         from fleet_rlm.api.schemas import FileOut, TurnOut
 
-        record = await service.get_session(session)
-        turns = await service.list_turns(record.id, limit=1_000_000)
-        files = await service.list_files(record.id)
+        record = await service.sessions.get(session)
+        turns = await service.turns.in_session(record.id, limit=1_000_000)
+        files = await service.files.in_session(record.id)
         return {
             **_session_json(record),
             "turns": [TurnOut.of(t).model_dump(mode="json") for t in turns],
@@ -123,7 +123,7 @@ def remove_session(
     """Delete a session with its turns, events and files."""
 
     async def local(service: FleetService) -> str:
-        return (await service.delete_session(session)).id
+        return (await service.sessions.delete(session)).id
 
     def remote(client: FleetClient) -> str:
         session_id = str(client.session(session)["id"])
@@ -149,7 +149,7 @@ def export_session(
 
     async def local(service: FleetService) -> None:
         with partial.open("wb") as handle:
-            await service.export_session(session, handle)
+            await service.archives.export(session, handle)
 
     try:
         if url:
@@ -176,7 +176,7 @@ def import_session(
 
     async def local(service: FleetService) -> dict[str, Any]:
         with archive.open("rb") as handle:
-            return _session_json(await service.import_session(handle, name=name))
+            return _session_json(await service.archives.restore(handle, name=name))
 
     created = _remote(url, token, lambda c: c.import_session(archive, name=name)) if url else with_local_service(local)
     print(f"imported {archive} as {created['id']}" + (f" ({created['name']})" if created.get("name") else ""))

@@ -1,8 +1,8 @@
 """A small pool of started sandboxes, so a turn's first execution does not wait for a cold start.
 
-Decision: every sandbox (pooled or cold) gets its own fresh workspace volume under
-``<data dir>/sandboxes/<sandbox id>/`` (bounded in bytes and files where the backend can). When a turn takes one, the session's files are
-copied in (see :mod:`fleet_rlm.service.files`); when the turn ends, the artifacts and memory it
+Every sandbox (pooled or cold) gets its own fresh workspace volume under
+``<data dir>/sandboxes/<sandbox id>/`` (bounded in bytes and files where the backend can). When a
+turn takes one, the session's files are copied in (see :mod:`fleet_rlm.service.files`); when the turn ends, the artifacts and memory it
 wrote are copied back into the session's blob store with the turn's commit, and the sandbox and
 its directory are torn down, except the session's kernel (the turn's own sandbox, kept with its
 directory for the session's next turn: :mod:`fleet_rlm.service.kernels.registry`). A sandbox is never reused
@@ -16,8 +16,7 @@ Starting and tearing down sandboxes (and making their volumes) block a thread fo
 sandbox takes, which under load is long. They run on the pool's own few threads
 (:attr:`SandboxPool.lifecycle`, a :class:`~fleet_rlm.service.kernels.lanes.ThreadLane`, which kernels'
 snapshots and restores share, never all of its threads at once), not on the event loop's default
-executor: there they held every thread while a burst of turns started, and a finished turn's few
-milliseconds of file work waited up to 0.8 s behind them before its ``turn.completed`` was stored.
+executor, so a burst of sandbox starts never makes a finished turn's file work wait behind it.
 """
 
 from __future__ import annotations

@@ -42,11 +42,11 @@ async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -
         loop.add_signal_handler(signum, on_signal)
     await service.start()
     heap.freeze_start_up()
-    log.info("worker %s runs turns from %s", service.runner, database.display_url)
+    log.info("worker %s runs turns from %s", service.parts.runner, database.display_url)
     try:
         await stop.wait()
     finally:
         await service.stop(drain=settings.worker.drain_seconds)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
-        log.info("worker %s stopped", service.runner)
+        log.info("worker %s stopped", service.parts.runner)

@@ -1,8 +1,8 @@
 """Turns as the service runs them: queued (and run here when this process has room), claimed by workers,
 cancelled from any process, followed live or from the store, waited for.
 
-:class:`TurnOperations` is a part of :class:`~fleet_rlm.service.service.FleetService`; it uses the
-service's store, worker, channels and executions.
+:class:`TurnService` owns this process's running turns, their live channels, the event journal, the
+submission queue and, when this process runs turns, the worker that claims queued ones.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,15 +18,15 @@ from fleet_rlm.config import Ceilings, Settings
 from fleet_rlm.protocol.events import Event
 from fleet_rlm.protocol.status import TurnStatus
 from fleet_rlm.service.files import SessionFiles, clean_path
-from fleet_rlm.service.kernels.pool import SandboxPool
-from fleet_rlm.service.kernels.registry import KernelRegistry
+from fleet_rlm.service.kernels.service import KernelService
 from fleet_rlm.service.memory import MemoryBook
 from fleet_rlm.service.scaleout.wakeups import Wakeups, Watch
 from fleet_rlm.service.scaleout.worker import TurnWorker
-from fleet_rlm.service.turns.channel import ChannelRegistry
-from fleet_rlm.service.turns.engines import TurnEngine
+from fleet_rlm.service.turns.channel import FOLLOW_BATCH, ChannelRegistry
+from fleet_rlm.service.turns.engines import OwnThreads, TurnEngine
 from fleet_rlm.service.turns.execution import TurnExecution, TurnPlan
 from fleet_rlm.service.turns.journal import EventJournal
+from fleet_rlm.service.turns.processes import TurnProcesses
 from fleet_rlm.service.turns.stored_reads import StoredReads
 from fleet_rlm.service.turns.submissions import SubmissionQueue
 from fleet_rlm.store import (
@@ -50,6 +49,8 @@ log = logging.getLogger(__name__)
 
 STORED_POLL_SECONDS = 0.5
 """How often a reader of a turn another process runs looks at the store when no notification woke it."""
+SHUTDOWN_GRACE_SECONDS = 10.0
+"""How long stopping waits for each kind of work still in flight: cancelled turns, background cleanups."""
 QUEUED_POLL_SECONDS = 5.0
 """The same for a turn still queued: its readers are woken when it starts or ends, by this process, by
 a notification, or by the one read that looks at every queued turn being waited on
@@ -79,50 +80,111 @@ class TurnSubmission:
         return check_session_settings({k: v for k, v in values.items() if v is not None}, ceilings)
 
 
-class TurnOperations(ABC):
-    """The turn half of the service; the service provides the sandbox pool, the kernels and session deletion."""
+class TurnService:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        runner: str,
+        files: SessionFiles,
+        memory: MemoryBook,
+        kernels: KernelService,
+        *,
+        tracer: TurnTracer | None,
+        delete_session: Callable[[str], Awaitable[SessionRecord]],
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._runner = runner
+        self._files = files
+        self._memory = memory
+        self._kernels = kernels
+        self.tracer = tracer
+        self._delete_session = delete_session
+        self.channels = ChannelRegistry()
+        self.journal = EventJournal(store, self.ended_elsewhere)
+        self.submissions = SubmissionQueue(store)
+        self.executions: dict[str, TurnExecution] = {}
+        self.wakeups = Wakeups(store.still_queued)
+        self.stored_reads = StoredReads(store, limit=FOLLOW_BATCH)
+        self.worker: TurnWorker | None = None
+        self.engine: TurnEngine = OwnThreads()
+        self._cleanups: set[asyncio.Task[None]] = set()
+        self._abandons: set[asyncio.Task[None]] = set()
+        """The cancels of turns whose callers went away, in the background (:meth:`abandon`)."""
+        self.shutting_down = False
+        """Set when the process starts to stop: callers cut off from then on do not abandon their turns."""
 
-    settings: Settings
-    store: Store
-    runner: str
-    files: SessionFiles
-    memory: MemoryBook
-    journal: EventJournal
-    submissions: SubmissionQueue
-    channels: ChannelRegistry
-    executions: dict[str, TurnExecution]
-    wakeups: Wakeups
-    stored_reads: StoredReads
-    worker: TurnWorker | None
-    tracer: TurnTracer | None
-    engine: TurnEngine
-    _cleanups: set[asyncio.Task[None]]
-    _abandons: set[asyncio.Task[None]]
-    shutting_down: bool
+    async def start(self, *, serves_queue: bool) -> None:
+        """Run turns here: in turn processes if the settings ask for them, claiming queued turns
+        (``serves_queue``: any; otherwise only those this process queued itself)."""
+        if self._settings.worker.turn_processes:
+            self.engine = TurnProcesses(self._settings.worker.turn_processes)
+            await self.engine.start()
+        limit = self._settings.server.max_running_turns
+        self.worker = TurnWorker(
+            self._store,
+            self._runner,
+            limit or None,
+            self._settings.worker.lease_seconds,
+            self._run_claimed,
+            affinity_seconds=self._kernels.affinity_seconds,
+            serves_queue=serves_queue,
+        )
 
-    @property
-    @abstractmethod
-    def pool(self) -> SandboxPool: ...
+    def claim_queued(self) -> None:
+        """Start claiming queued turns (once the leases and notifications are in place)."""
+        if self.worker is not None:
+            self.worker.start()
 
-    @property
-    @abstractmethod
-    def kernels(self) -> KernelRegistry: ...
+    def running(self) -> list[str]:
+        """The ids of the turns this process runs now."""
+        return list(self.executions)
 
-    @property
-    @abstractmethod
-    def kernel_affinity_seconds(self) -> float: ...
+    async def stop(self, *, drain: float, drain_cut: asyncio.Event) -> None:
+        """Stop claiming turns; give running ones ``drain`` seconds to finish (or until ``drain_cut``
+        is set); stop the rest (they end ``interrupted``), then flush and close what turns kept open."""
+        self.shutting_down = True
+        if drain:
+            log.info("draining: no new turns; %d running get %.0fs to finish", len(self.executions), drain)
+        if self.worker is not None:
+            await self.worker.drain()
+        await self.submissions.close()  # a turn stored meanwhile is among the executions below
+        if self._abandons:  # a cancel may start a turn, to end it cancelled: among the executions below
+            await asyncio.wait(list(self._abandons), timeout=SHUTDOWN_GRACE_SECONDS)
+        running = [e.task for e in self.executions.values() if e.task is not None]
+        if drain and running:
+            finished = asyncio.ensure_future(asyncio.wait(running))
+            cut = asyncio.ensure_future(drain_cut.wait())
+            await asyncio.wait([finished, cut], timeout=drain, return_when=asyncio.FIRST_COMPLETED)
+            for waiting in (finished, cut):
+                waiting.cancel()
+            if drain_cut.is_set():
+                log.info("the drain was cut short: %d running turns end interrupted", len(self.executions))
+        executions = list(self.executions.values())
+        for execution in executions:
+            execution.cancel(shutdown=True)
+        tasks = [e.task for e in executions if e.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_SECONDS)
+        if self.tracer is not None:
+            await asyncio.to_thread(self.tracer.shutdown)
+            await asyncio.sleep(0)  # trace ids handed over while it shut down start being stored
+        if self._cleanups:
+            await asyncio.wait(list(self._cleanups), timeout=SHUTDOWN_GRACE_SECONDS)
+        await self.journal.close()
+        await self.wakeups.close()
+        await self.stored_reads.close()
+        await self.engine.close()
 
-    @abstractmethod
-    async def delete_session(self, ref: str) -> SessionRecord: ...
-
-    async def submit_turn(
+    async def submit(
         self, session_ref: str, submission: TurnSubmission, *, idempotency_key: str | None = None
     ) -> tuple[TurnRecord, bool]:
         """Queue a turn and start it in the background; returns it and whether it is new."""
         if not submission.message.strip():
             raise Invalid("the message is empty", code="invalid_request")
         context_paths = [clean_path(p) for p in submission.context_paths]
-        ceilings = self.settings.server.ceilings
+        ceilings = self._settings.server.ceilings
         options = submission.options(ceilings)
         # Run here at once when this process has room and no other live process keeps the session's
         # kernel (decided as the turn is stored: a read before it made every submission of a burst
@@ -133,7 +195,7 @@ class TurnOperations(ABC):
             """Start a turn claimed here, or give the room back; even if the caller went away."""
             if self.worker is None:
                 return
-            if isinstance(answer, Queued) and answer.created and answer.turn.runner == self.runner:
+            if isinstance(answer, Queued) and answer.created and answer.turn.runner == self._runner:
                 self._start_execution(answer.turn, answer.session, held=True)
                 return
             if room:
@@ -149,9 +211,9 @@ class TurnOperations(ABC):
             context_paths=context_paths,
             options=options,
             idempotency_key=idempotency_key,
-            runner=self.runner if room else None,
-            kernel_affinity=bool(self.kernel_affinity_seconds),
-            lease_seconds=self.settings.worker.lease_seconds,
+            runner=self._runner if room else None,
+            kernel_affinity=bool(self._kernels.affinity_seconds),
+            lease_seconds=self._settings.worker.lease_seconds,
             history=submission.history,
             ceilings=ceilings,
         )
@@ -168,7 +230,7 @@ class TurnOperations(ABC):
         """Run ``turn`` (claimed by this process) in the background; ``held``: it took room in the
         worker, given back when it ends; ``cancelled``: it ends cancelled at once (a cancel of a turn no
         worker had claimed)."""
-        settings = effective_settings(self.settings, {"mode": session.mode}, session.settings, turn.options)
+        settings = effective_settings(self._settings, {"mode": session.mode}, session.settings, turn.options)
         history = [(message, answer) for message, answer in turn.history] if turn.history is not None else None
         plan = TurnPlan(turn=turn, session=session, settings=settings, history=history)
         channel = self.channels.open(turn.id)
@@ -177,13 +239,13 @@ class TurnOperations(ABC):
                 channel.subscribe(observer)
         execution = TurnExecution(
             plan,
-            self.store,
-            self.files,
-            self.pool,
+            self._store,
+            self._files,
+            self._kernels.pool,
             channel,
             self.journal,
-            self.memory,
-            kernels=None if cancelled else self.kernels,
+            self._memory,
+            kernels=None if cancelled else self._kernels.registry,
             engine=self.engine,
         )
         if cancelled:
@@ -200,7 +262,7 @@ class TurnOperations(ABC):
 
         async def store(trace_id: str) -> None:
             try:
-                await self.store.set_trace_id(turn_id, trace_id)
+                await self._store.set_trace_id(turn_id, trace_id)
             except Exception:
                 log.exception("turn %s: could not store its trace id", turn_id)
 
@@ -218,30 +280,30 @@ class TurnOperations(ABC):
         if worker is not None:
             worker.release()
 
-    async def list_turns(self, session_ref: str, *, after: int = 0, limit: int = 50) -> list[TurnRecord]:
-        session = await self.store.get_session(session_ref)
-        return await self.store.list_turns(session.id, after=after, limit=limit)
+    async def in_session(self, session_ref: str, *, after: int = 0, limit: int = 50) -> list[TurnRecord]:
+        session = await self._store.get_session(session_ref)
+        return await self._store.list_turns(session.id, after=after, limit=limit)
 
-    async def get_turn(self, turn_id: str) -> TurnRecord:
+    async def get(self, turn_id: str) -> TurnRecord:
         """The turn as stored now; raises NotFound."""
-        return await self.store.get_turn(turn_id)
+        return await self._store.get_turn(turn_id)
 
-    async def cancel_turn(self, turn_id: str) -> TurnRecord:
-        turn = await self.store.get_turn(turn_id)
+    async def cancel(self, turn_id: str) -> TurnRecord:
+        turn = await self._store.get_turn(turn_id)
         execution = self.executions.get(turn_id)
         # A turn's end is committed before its terminal event is sent, but its execution is
         # forgotten only a moment later: the stored status decides.
         if execution is not None and turn.active:
             execution.cancel()
-            return await self.store.get_turn(turn_id)
+            return await self._store.get_turn(turn_id)
         if turn.active and turn.runner is None:
             # No worker has claimed it: this process claims it, to end it cancelled.
-            lease = self.settings.worker.lease_seconds
-            for claimed in await self.store.claim_turns(self.runner, lease, limit=1, turn_ids=[turn_id]):
+            lease = self._settings.worker.lease_seconds
+            for claimed in await self._store.claim_turns(self._runner, lease, limit=1, turn_ids=[turn_id]):
                 self._start_execution(claimed.turn, claimed.session, held=False, cancelled=True)
-                return await self.store.get_turn(turn_id)
+                return await self._store.get_turn(turn_id)
         if turn.active:
-            return await self.store.request_cancel(turn_id)  # its runner cancels it when told
+            return await self._store.request_cancel(turn_id)  # its runner cancels it when told
         raise Conflict(f"turn {turn_id} already ended as {turn.status}", code="turn_not_active")
 
     async def events(self, turn_id: str, after_seq: int = 0) -> AsyncIterator[Event]:
@@ -256,7 +318,7 @@ class TurnOperations(ABC):
         each batch in one write. ``submitted``: the caller has just queued the turn (no need to check
         that it exists)."""
         if not submitted and self.channels.get(turn_id) is None:
-            await self.store.get_turn(turn_id)
+            await self._store.get_turn(turn_id)
         return self._event_batches(turn_id, after_seq)
 
     async def _event_batches(self, turn_id: str, after_seq: int) -> AsyncGenerator[list[Event], None]:
@@ -294,13 +356,13 @@ class TurnOperations(ABC):
 
     async def stored_events(self, turn_id: str, *, limit: int) -> list[Event]:
         """The turn's events stored so far, the first ``limit``, without following it; raises NotFound."""
-        await self.store.get_turn(turn_id)
-        return await self.store.events_after(turn_id, 0, limit=limit)
+        await self._store.get_turn(turn_id)
+        return await self._store.events_after(turn_id, 0, limit=limit)
 
-    def abandon_turn(self, turn_id: str) -> None:
+    def abandon(self, turn_id: str) -> None:
         """Cancel the turn: its caller went away. Never waits, so a request being torn down can call it:
         a turn this process runs is cancelled at once; one still queued, or run by another process, is
-        cancelled in the background, as :meth:`cancel_turn` does it. A caller cut off because this
+        cancelled in the background, as :meth:`cancel` does it. A caller cut off because this
         process is shutting down did not give its turn up: it is left to finish, or to end interrupted
         (``turn.interrupted``: the server shut down) when this process stops, like any other turn."""
         if self.shutting_down:
@@ -312,7 +374,7 @@ class TurnOperations(ABC):
 
         async def cancel() -> None:
             try:
-                await self.cancel_turn(turn_id)
+                await self.cancel(turn_id)
             except Conflict:
                 pass  # it ended meanwhile
             except Exception:
@@ -324,9 +386,9 @@ class TurnOperations(ABC):
         """Delete an ephemeral session once its turn has ended (in the background)."""
 
         async def delete() -> None:
-            await self.wait_for_turn(turn_id)
+            await self.wait(turn_id)
             try:
-                await self.delete_session(session_id)
+                await self._delete_session(session_id)
             except StoreError as exc:
                 log.warning("could not delete the ephemeral session %s: %s", session_id, exc)
 
@@ -342,7 +404,7 @@ class TurnOperations(ABC):
         kept.add(task)
         task.add_done_callback(kept.discard)
 
-    async def wait_for_turn(self, turn_id: str) -> TurnRecord:
+    async def wait(self, turn_id: str) -> TurnRecord:
         """Block until the turn ends (tests and the CLI use this)."""
         while True:
             execution = self.executions.get(turn_id)
@@ -350,19 +412,19 @@ class TurnOperations(ABC):
                 with contextlib.suppress(Exception):
                     await asyncio.shield(execution.task)
             with self.wakeups.watch(turn_id) as watch:
-                turn = await self.store.get_turn(turn_id)
+                turn = await self._store.get_turn(turn_id)
                 if not turn.active:
                     return turn
                 if turn_id not in self.executions:  # queued for a worker, or run by another process
                     await self._wait_for_news(turn, watch)
 
-    def _cancel_here(self, turn_id: str) -> None:
+    def cancel_here(self, turn_id: str) -> None:
         """Cancel the turn if this process runs it (a cancel asked of another process)."""
         execution = self.executions.get(turn_id)
         if execution is not None:
             execution.cancel()
 
-    def _ended_elsewhere(self, turn_id: str) -> None:
+    def ended_elsewhere(self, turn_id: str) -> None:
         """Stop the turn if this process still runs it: it was ended elsewhere (another process ends a turn
         whose lease lapsed: this process could not renew it for longer than a lease)."""
         execution = self.executions.get(turn_id)
