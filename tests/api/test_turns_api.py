@@ -268,6 +268,9 @@ def test_a_retried_streamed_submission_resumes_after_its_last_event_and_errors_s
         assert invalid.status_code == 422 and invalid.json()["code"] == "invalid_request"
         bad_id = http.post("/sessions/s/turns", json={"message": "x"}, headers={**STREAM, "Last-Event-ID": "-1"})
         assert bad_id.status_code == 400 and bad_id.json()["code"] == "invalid_last_event_id"
+        as_json_bad_id = {"Accept": "application/json", "Last-Event-ID": "²".encode()}
+        bad_id = http.post("/sessions/s/turns", json={"message": "x"}, headers=as_json_bad_id)
+        assert bad_id.status_code == 400 and bad_id.json()["code"] == "invalid_last_event_id"  # checked unstreamed too
         assert len(http.get("/sessions/s/turns").json()["items"]) == 1, "a refused submission made a turn"
         as_json = http.post("/sessions/s/turns", json={"message": "x"}, headers={"Accept": "application/json"})
         assert as_json.status_code == 202 and as_json.headers["vary"] == "Accept"

@@ -38,7 +38,9 @@ class ChatCompletionRequest(BaseModel):
     messages: list[ChatMessage] = Field(
         min_length=1,
         max_length=MAX_MESSAGES,
-        description="The conversation: the last message (a user's) is the task, the ones before it the history",
+        description="The conversation: the last message (a user's) is the task, the ones before it the history. "
+        "A body past the server's JSON body limit (`FLEET_JSON_BODY_LIMIT_KB`) is refused with 413 "
+        "before it is read, whatever it holds",
     )
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -59,7 +59,7 @@ TURN_NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "No such t
         400: {
             "model": ErrorBody,
             "description": "malformed_json: the body is not valid JSON; invalid_path: a context path is absolute, "
-            f"has '..' or is otherwise refused; invalid_last_event_id (streamed): {LAST_EVENT_ID_RULE}",
+            f"has '..' or is otherwise refused; invalid_last_event_id: {LAST_EVENT_ID_RULE}",
         },
         409: {"model": ErrorBody, "description": "Another turn of the session is queued or running"},
         **SESSION_NOT_FOUND,
@@ -75,8 +75,8 @@ async def submit_turn(
     last_event_id: Annotated[
         str | None,
         Header(
-            description=f"Streamed only: the last event id seen (a retried submission resumes after it): "
-            f"{LAST_EVENT_ID_RULE}",
+            description=f"The last event id seen (a retried streamed submission resumes after it; checked "
+            f"whenever given, used only when streamed): {LAST_EVENT_ID_RULE}",
             json_schema_extra={"pattern": "^[0-9]{1,10}$"},
         ),
     ] = None,
@@ -85,7 +85,7 @@ async def submit_turn(
     ask for ``Accept: text/event-stream`` (preferred over JSON) to have its events in this response:
     one request fewer before the first event. Either way a disconnect does not cancel the turn."""
     streamed = wants_event_stream(request.headers.get("accept"))
-    after_seq = last_event_seq(last_event_id) if streamed and last_event_id is not None else 0
+    after_seq = last_event_seq(last_event_id) if last_event_id is not None else 0
     submission = TurnSubmission(
         message=body.message,
         context_paths=body.context_paths,
