@@ -100,6 +100,27 @@ def test_facade_tool_names_are_what_the_sandbox_shim_calls(name: str) -> None:
     expect(name in install, name, "FacadeInvocation.install registering the host tool under it")
 
 
+def test_the_shim_names_are_those_it_binds_in_the_sandbox() -> None:
+    """The kernel leaves these out of a session's variables: a name the shim binds that Fleet missed
+    would be listed (and lost) as the session's, a name it no longer binds is harmless."""
+    shim = internal("dspy.primitives.facade", "SHIM_SETUP")
+    token = internal("dspy.primitives.facade", "HOST_TOKEN_VAR")
+    names = dspy_compat.sandbox_shim_names()
+    expect(token in names and f"{token}" in shim, "HOST_TOKEN_VAR", "the host token the shim reads")
+    expect({"dspy", "_DspyModule", "_dspy_host"} <= names, "SHIM_SETUP", "its dspy module and internals")
+    namespace: dict[str, object] = {token: "not the host's"}
+    exec(shim, namespace)
+    bound = {name for name in namespace if not (name.startswith("__") and name.endswith("__"))}  # Python's own
+    expect(bound <= names, "SHIM_SETUP", "binding only the names read off its source")
+
+
+def test_rlm_binds_each_serialized_input_under_its_raw_names() -> None:
+    source = inspect.getsource(internal("dspy.predict.rlm", "RLM")._prepare_serializable_vars)
+    expect('f"_raw_{name}"' in source, "RLM._prepare_serializable_vars", "binding an input's payload as _raw_{name}")
+    expect('f"{raw_var_name}_base64"' in source, "RLM._prepare_serializable_vars", "and binary ones as ..._base64")
+    assert dspy_compat.RAW_INPUT_NAMES == ("_raw_{name}", "_raw_{name}_base64")
+
+
 def test_signature_marker_is_what_the_shim_sends() -> None:
     marker = internal("dspy.primitives.facade", "SIGNATURE_MARKER")
     assert marker == dspy_compat.SIGNATURE_MARKER

@@ -23,6 +23,7 @@ from .conftest import events_of, root_prompt, run_turn
 
 DEFINE = """import json as j
 rows = [1, 2, 3]
+_offset = 10
 squares = {n: n * n for n in rows}
 numbers = (n for n in rows)
 SUBMIT(answer='defined')"""
@@ -82,14 +83,14 @@ def test_kill_9_then_restart_restores_picklable_state_and_lists_the_rest_as_lost
         status = http.get("/sessions/s/kernel").json()
         assert status["live"] is False and status["ended"] is None
         assert not (home / "sandboxes" / kernel["sandbox_id"]).exists()
-        model_server.script("root", rlm_step("Use.", "SUBMIT(answer=f'{sum(rows)} {squares[3]} {j.dumps(rows)}')"))
+        model_server.script("root", rlm_step("Use.", "SUBMIT(answer=f'{sum(rows) + _offset} {squares[3]} {j.dumps(rows)}')"))
         turn = run_turn(http, "s", "use")
         assert turn["status"] == "completed", (turn["error"], turn["events"][-6:])
-        assert turn["answer"] == "6 9 [1, 2, 3]"
+        assert turn["answer"] == "16 9 [1, 2, 3]"  # a name starting with _ is state like the rest
         [evicted] = events_of(turn, "kernel.evicted")
         assert evicted["reason"] == "server_restart" and evicted["at"] is None
         [restored] = events_of(turn, "kernel.restored")
-        assert sorted(restored["restored"]) == ["rows", "squares"]
+        assert sorted(restored["restored"]) == ["_offset", "rows", "squares"]
         assert [item["name"] for item in restored["lost"]] == ["numbers"]
         assert restored["lost"][0]["reason"].startswith("not picklable")
         prompt = root_prompt(model_server)

@@ -57,20 +57,21 @@ def test_changed_builtins_do_not_break_the_worker(sandbox: LocalSandbox, tamperi
     sandbox.execute("vars(builtins).update(original)")  # as the code put them back, it sees them
 
 
-def test_the_code_keeps_seeing_its_own_builtins_change(sandbox: LocalSandbox) -> None:
-    sandbox.execute("import builtins\nreal_len = len\nbuiltins.len = lambda value: 42")
-    assert sandbox.execute("print(len([1]))") == "42"  # Python's semantics: the change persists
-    sandbox.execute("builtins.len = real_len")
-    assert sandbox.execute("print(len([1]))") == "1"
+def test_replaced_builtins_are_put_back_after_the_execution_and_the_model_is_told(sandbox: LocalSandbox) -> None:
+    replaced = sandbox.execute("import builtins\nbuiltins.len = lambda value: 42\ndel builtins.sorted\nprint(len([1]))")
+    assert replaced == "42\n[the code replaced builtins (len, sorted); Python's own are back for the next execution]"
+    assert sandbox.execute("print(len([1]), sorted([2, 1]))") == "1 [1, 2]"
+    assert sandbox.execute("builtins.extra = 'mine'\nprint(extra)") == "mine"  # an addition is left alone
+    assert sandbox.execute("print(extra)") == "mine"
 
 
-def test_an_error_after_changing_builtins_is_an_ordinary_execution_error(sandbox: LocalSandbox) -> None:
-    sandbox.execute("import builtins\nbuiltins.len = None")
+def test_an_error_after_changing_builtins_fails_only_that_execution(sandbox: LocalSandbox) -> None:
     with pytest.raises(CodeExecutionError) as caught:
-        sandbox.execute("x = 1\nlen([x])")
+        sandbox.execute("import builtins\nbuiltins.len = None\nx = 1\nlen([x])")
     assert "TypeError: 'NoneType' object is not callable" in str(caught.value)
-    assert caught.value.line == 2  # type: ignore[attr-defined]
-    assert sandbox.execute("print(x)") == "1"
+    assert "Python's own are back for the next execution" in str(caught.value)
+    assert caught.value.line == 4  # type: ignore[attr-defined]
+    assert sandbox.execute("print(len([x]))") == "1"
 
 
 def test_replaced_standard_streams_are_put_back(sandbox: LocalSandbox, observer: RecordingObserver) -> None:

@@ -8,6 +8,8 @@ The rest of Fleet imports them only from here; ``tests/engine/test_dspy_compat.p
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Iterator
 from typing import Any
 
 try:
@@ -19,6 +21,8 @@ try:
     from dspy.predict.rlm import _strip_code_fences
     from dspy.primitives.facade import CALL_TOOL as _CALL_TOOL
     from dspy.primitives.facade import CONSTRUCT_TOOL as _CONSTRUCT_TOOL
+    from dspy.primitives.facade import HOST_TOKEN_VAR as _HOST_TOKEN_VAR
+    from dspy.primitives.facade import SHIM_SETUP as _SHIM_SETUP
     from dspy.primitives.facade import SIGNATURE_MARKER as _SIGNATURE_MARKER
     from dspy.primitives.facade import SandboxLM as _SandboxLM
     from dspy.primitives.repl_types import REPLEntry as _REPLEntry
@@ -36,6 +40,7 @@ __all__ = [
     "CONSTRUCT_TOOL",
     "IS_TYPE_UNDEFINED",
     "JSON_ADAPTER_FORMAT_HOOK",
+    "RAW_INPUT_NAMES",
     "RLM_ITERATION_HOOKS",
     "SIGNATURE_MARKER",
     "AdapterParseError",
@@ -47,6 +52,7 @@ __all__ = [
     "adapter_message_call",
     "annotation_allows_none",
     "process_wide_setting",
+    "sandbox_shim_names",
     "strip_code_fences",
     "structured_outputs_model",
 ]
@@ -100,6 +106,37 @@ predictor; Fleet's bridge guard and allowlist replace and check that tool."""
 SIGNATURE_MARKER = _SIGNATURE_MARKER
 """``dspy.primitives.facade.SIGNATURE_MARKER``: the key marking a ``dspy.Signature(...)`` the shim sends
 as a dict; Fleet's bridge reads the signature text and instructions from such a dict."""
+
+RAW_INPUT_NAMES = ("_raw_{name}", "_raw_{name}_base64")
+"""The names ``dspy.RLM._prepare_serializable_vars`` binds an input's serialized payload under, beside the
+input's own name (``{name}``: the input field's)."""
+
+
+def sandbox_shim_names() -> frozenset[str]:
+    """The names DSPy's sandbox shim (``dspy.primitives.facade.SHIM_SETUP``) binds in the namespace of
+    every interpreter it is installed in, read off its source (its ``dspy``, its ``_dspy*`` and
+    ``_Dspy*`` internals, the loop variables it leaves behind), and the host token DSPy injects
+    (``HOST_TOKEN_VAR``): none of them is a variable of the session."""
+    names = {_HOST_TOKEN_VAR}
+    for statement in ast.parse(_SHIM_SETUP).body:
+        for node in _outside_definitions(statement):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.alias):
+                names.add(node.asname or node.name.split(".")[0])
+    return frozenset(names)
+
+
+def _outside_definitions(node: ast.AST) -> Iterator[ast.AST]:
+    """``node`` and what it holds, but not the bodies of the functions and classes it defines."""
+    yield node
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _outside_definitions(child)
+
 
 IS_TYPE_UNDEFINED = _IS_TYPE_UNDEFINED
 """``dspy.utils.constants.IS_TYPE_UNDEFINED``: the field option marking an input written without a type,

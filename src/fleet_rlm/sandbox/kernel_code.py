@@ -64,7 +64,7 @@ def _describe(value):
 exclude = set(ARGS["exclude"])
 variables, modules = [], {}
 for name, value in list(NS.items()):
-    if name.startswith("_") or name in exclude:
+    if (name.startswith("__") and name.endswith("__")) or name in exclude:
         continue
     if isinstance(value, _types.ModuleType):
         if not value.__name__.startswith("dspy"):

@@ -310,6 +310,8 @@ class LocalSandbox:
 
     def _outcome(self, reply: dict[str, Any], output: CappedText, timeout: float) -> Any:
         status = reply.get("status")
+        if notice := builtins_notice(reply.get("builtins_restored")):
+            output.note(notice)
         text = output.result()
         printed = f"{text}\n" if text else ""
         if status == "ok":
@@ -496,3 +498,17 @@ def check_output_fields(fields: list[dict[str, Any]] | None) -> None:
         json.dumps(fields)
     except (TypeError, ValueError) as exc:
         raise InvalidInterpreterInput(f"output fields must be JSON-compatible: {exc}") from exc
+
+
+MAX_NAMED_BUILTINS = 12
+
+
+def builtins_notice(restored: object) -> str:
+    """The line the model reads after an execution that replaced builtins the worker then put back
+    (the worker's list is hostile: only identifiers are named, a few of them)."""
+    if not isinstance(restored, list) or not restored:
+        return ""
+    names = [name for name in restored if isinstance(name, str) and name.isidentifier() and len(name) <= 40]
+    more = len(restored) - MAX_NAMED_BUILTINS
+    shown = ", ".join(names[:MAX_NAMED_BUILTINS]) + (f" and {more} more" if more > 0 else "")
+    return f"the code replaced builtins ({shown or 'unnamed'}); Python's own are back for the next execution"

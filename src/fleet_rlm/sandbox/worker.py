@@ -561,6 +561,26 @@ class PrivateFds:
         return moved
 
 
+class KeptBuiltins:
+    """The ``builtins`` module as the worker started, put back after each execution.
+
+    Code may replace a builtin (``builtins.len = None``) or delete one; that holds for the rest of its
+    execution, and the next one starts with Python's own again: a namespace whose ``len`` is gone
+    would fail every later execution of the session, with no way back the model knows of. Builtins the
+    code added are left alone."""
+
+    def __init__(self) -> None:
+        self._original = dict(vars(builtins))
+
+    def restore(self) -> list[str]:
+        """Put back every builtin the code replaced or deleted; returns their names."""
+        current = vars(builtins)
+        changed = sorted(name for name, value in self._original.items() if current.get(name, current) is not value)
+        for name in changed:
+            current[name] = self._original[name]
+        return changed
+
+
 class StandardStreams:
     """fds 0-2 and ``sys.stdin/stdout/stderr`` as the worker started, put back after each execution.
 
@@ -641,6 +661,7 @@ def main() -> None:
         drop_privileges(int(arguments["uid"]), int(arguments["gid"]))
     private = PrivateFds()
     streams = StandardStreams(private)
+    kept_builtins = KeptBuiltins()
     channel = Channel(private.move(int(arguments["cmd_fd"])), private.move(int(arguments["reply_fd"])))
     session = Session(channel, arguments)
     channel.send({"type": "ready", "pid": os.getpid(), "uid": os.getuid()})
@@ -658,6 +679,9 @@ def main() -> None:
             channel.send({"type": "fatal", "error": f"{type(exc).__name__}: {exc}"})
             return
         streams.restore()
+        restored = kept_builtins.restore()
+        if restored:
+            outcome["builtins_restored"] = restored
         channel.send_encoded(encode_result(outcome, request["execution"]))
 
 

@@ -32,6 +32,7 @@ import psutil
 from dspy.primitives import CodeInterpreterError
 
 from fleet_rlm.config import SandboxSettings
+from fleet_rlm.engine.dspy_compat import RAW_INPUT_NAMES, sandbox_shim_names
 from fleet_rlm.protocol.payloads import (
     KernelEndReason,
     KernelEvicted,
@@ -60,8 +61,18 @@ from fleet_rlm.workspace.tree import OverBound
 
 log = logging.getLogger(__name__)
 
-EXCLUDED_NAMES = frozenset({"SUBMIT", "task", "workspace", "history", "dspy"})
-"""Names every turn binds itself (its inputs, ``SUBMIT``); its tools are excluded by name too."""
+TURN_INPUTS = ("task", "workspace", "history")
+EXCLUDED_NAMES = frozenset(
+    {
+        "SUBMIT",
+        *TURN_INPUTS,
+        *(raw.format(name=name) for name in TURN_INPUTS for raw in RAW_INPUT_NAMES),
+        *sandbox_shim_names(),
+    }
+)
+"""Names every turn binds itself (its inputs and their serialized payloads, ``SUBMIT``, DSPy's sandbox
+shim): not the session's variables. Its tools are excluded by name too; names starting with ``_`` are
+the session's like any other."""
 SNAPSHOT_FRAMING = 16 * 1024 * 1024
 """Bytes a snapshot may hold past its budget: names, framing, the module list."""
 SUMMARY_SECONDS = 1.0
