@@ -10,6 +10,7 @@ import pytest
 from fleet_rlm.api.client import FleetClient
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import EventType
+from fleet_rlm.testing.settings import scripted_env
 
 from .server import ServerProcess
 
@@ -17,20 +18,8 @@ SLOW = "print('started', flush=True)\nimport time\ntime.sleep(60)"
 
 
 @pytest.fixture
-def server_env(model_server: ScriptedModelServer, home: Path, database_url: str, tmp_path: Path) -> dict[str, str]:
-    config_home = tmp_path / "config"
-    config_home.mkdir()
-    return {
-        "FLEET_HOME": str(home),
-        "FLEET_DATABASE_URL": database_url,
-        "FLEET_LM_MODEL": "openai/root",
-        "FLEET_LM_BASE_URL": model_server.base_url,
-        "FLEET_LM_API_KEY": "scripted",
-        "FLEET_SUB_LM_MODEL": "openai/sub",
-        "FLEET_LM_NUM_RETRIES": "0",
-        "FLEET_SANDBOX_POOL_SIZE": "1",
-        "XDG_CONFIG_HOME": str(config_home),
-    }
+def server_env(model_server: ScriptedModelServer, home: Path, database_url: str) -> dict[str, str]:
+    return scripted_env(model_server, home, database_url, FLEET_SANDBOX_POOL_SIZE="1", FLEET_MODE="hybrid")
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
-from fleet_rlm.testing.settings import SettingsFactory
+from fleet_rlm.testing.settings import SettingsFactory, scripted_env
 from tests.api.server import ServerProcess, server_in_thread
 from tests.api.test_crash_recovery import processes_mentioning
 
@@ -31,20 +31,7 @@ SUBMIT(answer='defined')"""
 
 @pytest.fixture
 def server_env(model_server: ScriptedModelServer, home: Path, tmp_path: Path) -> dict[str, str]:
-    config_home = tmp_path / "config"
-    config_home.mkdir()
-    return {
-        "FLEET_HOME": str(home),
-        "FLEET_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}",
-        "FLEET_LM_MODEL": "openai/root",
-        "FLEET_LM_BASE_URL": model_server.base_url,
-        "FLEET_LM_API_KEY": "scripted",
-        "FLEET_SUB_LM_MODEL": "openai/sub",
-        "FLEET_LM_NUM_RETRIES": "0",
-        "FLEET_MODE": "rlm",
-        "FLEET_SANDBOX_POOL_SIZE": "0",
-        "XDG_CONFIG_HOME": str(config_home),
-    }
+    return scripted_env(model_server, home, f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}")
 
 
 @pytest.fixture
@@ -83,7 +70,9 @@ def test_kill_9_then_restart_restores_picklable_state_and_lists_the_rest_as_lost
         status = http.get("/sessions/s/kernel").json()
         assert status["live"] is False and status["ended"] is None
         assert not (home / "sandboxes" / kernel["sandbox_id"]).exists()
-        model_server.script("root", rlm_step("Use.", "SUBMIT(answer=f'{sum(rows) + _offset} {squares[3]} {j.dumps(rows)}')"))
+        model_server.script(
+            "root", rlm_step("Use.", "SUBMIT(answer=f'{sum(rows) + _offset} {squares[3]} {j.dumps(rows)}')")
+        )
         turn = run_turn(http, "s", "use")
         assert turn["status"] == "completed", (turn["error"], turn["events"][-6:])
         assert turn["answer"] == "16 9 [1, 2, 3]"  # a name starting with _ is state like the rest

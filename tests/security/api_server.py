@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from fleet_rlm.models.scripted import ScriptedModelServer
+from fleet_rlm.testing.settings import scripted_env
 from tests.api.server import ServerProcess
 
 TOKEN = "s3cret-token-value"
@@ -19,19 +20,7 @@ StartServer = Callable[..., ServerProcess]
 
 @pytest.fixture
 def serve_env(model_server: ScriptedModelServer, home: Path, tmp_path: Path) -> dict[str, str]:
-    return {
-        "FLEET_HOME": str(home),
-        "FLEET_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}",
-        "FLEET_LM_MODEL": "openai/root",
-        "FLEET_LM_BASE_URL": model_server.base_url,
-        "FLEET_LM_API_KEY": "scripted",
-        "FLEET_SUB_LM_MODEL": "openai/sub",
-        "FLEET_LM_NUM_RETRIES": "0",
-        "FLEET_MODE": "rlm",
-        "FLEET_SANDBOX_POOL_SIZE": "0",
-        "FLEET_API_TOKEN": "",
-        "XDG_CONFIG_HOME": str(tmp_path / "config"),
-    }
+    return scripted_env(model_server, home, f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}", FLEET_API_TOKEN="")
 
 
 @pytest.fixture

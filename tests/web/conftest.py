@@ -17,6 +17,7 @@ from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 
 from fleet_rlm.models.scripted import ScriptedModelServer
+from fleet_rlm.testing.settings import scripted_env
 from tests.api.server import ServerProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -38,22 +39,10 @@ if not CHROMIUM.exists():  # pragma: no cover - .ci/run installs it
 
 
 def server_env(model_server: ScriptedModelServer, home: Path, **extra: str) -> dict[str, str]:
-    config_home = home / "config"
-    config_home.mkdir(exist_ok=True)
-    return {
-        "FLEET_HOME": str(home),
-        "FLEET_DATABASE_URL": f"sqlite+aiosqlite:///{home / 'fleet.db'}",
-        "FLEET_LM_MODEL": "openai/root",
-        "FLEET_LM_BASE_URL": model_server.base_url,
-        "FLEET_LM_API_KEY": "scripted",
-        "FLEET_SUB_LM_MODEL": "openai/sub",
-        "FLEET_LM_NUM_RETRIES": "0",
-        "FLEET_MODE": "rlm",
-        "FLEET_SANDBOX_POOL_SIZE": "1",
-        "FLEET_SSE_HEARTBEAT_SECONDS": "2",
-        "XDG_CONFIG_HOME": str(config_home),
-        **extra,
-    }
+    database_url = f"sqlite+aiosqlite:///{home / 'fleet.db'}"
+    return scripted_env(
+        model_server, home, database_url, FLEET_SANDBOX_POOL_SIZE="1", FLEET_SSE_HEARTBEAT_SECONDS="2", **extra
+    )
 
 
 @pytest.fixture(scope="module")

@@ -34,5 +34,26 @@ def scripted_settings(server: ScriptedModelServer, home: Path, **overrides: Any)
     return Settings.model_validate(values)
 
 
+def scripted_env(server: ScriptedModelServer, home: Path, database_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a ``fleet serve`` (or ``fleet worker``) process whose models are ``server``'s,
+    in ``home`` (its own config directory there, so no user's ``fleet.toml`` is read) on ``database_url``;
+    ``extra`` adds or overrides variables."""
+    config_home = home / "config"
+    config_home.mkdir(parents=True, exist_ok=True)
+    return {
+        "FLEET_HOME": str(home),
+        "FLEET_DATABASE_URL": database_url,
+        "FLEET_LM_MODEL": f"openai/{ROOT_MODEL}",
+        "FLEET_LM_BASE_URL": server.base_url,
+        "FLEET_LM_API_KEY": "scripted",
+        "FLEET_SUB_LM_MODEL": f"openai/{SUB_MODEL}",
+        "FLEET_LM_NUM_RETRIES": "0",
+        "FLEET_MODE": "rlm",
+        "FLEET_SANDBOX_POOL_SIZE": "0",
+        "XDG_CONFIG_HOME": str(config_home),
+        **extra,
+    }
+
+
 SettingsFactory = Callable[..., Settings]
 """What the tests' ``make_settings`` fixture is: scripted settings, with a test's overrides as keywords."""

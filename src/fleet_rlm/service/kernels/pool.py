@@ -294,17 +294,7 @@ class SandboxPool:
         # just took one, so the pool refills a moment later.
         asyncio.get_running_loop().call_later(REFILL_DELAY_SECONDS, self._refill)
         backend = LeasedBackend(self.backend, warm, labels, kernel=kernel)
-        return Lease(
-            sandbox_id=sandbox_id,
-            directory=directory,
-            workspace=workspace,
-            backend=backend,
-            files=backend.workspace_files(workspace.root),
-            session_id=session_id,
-            turn_id=turn_id,
-            warm=warm is not None,
-            labels=labels,
-        )
+        return self._lease(sandbox_id, workspace, backend, labels, warm=warm is not None)
 
     def lease_on(self, session_id: str, turn_id: str, sandbox_id: str, workspace: Workspace, kept: Started) -> Lease:
         """The lease of a turn on its session's live kernel ``kept`` (its sandbox and directory)."""
@@ -312,16 +302,22 @@ class SandboxPool:
         directory = self.root / sandbox_id
         _write_label(directory, {**labels, "sandbox": sandbox_id})
         kept.labels.update(labels)
-        backend = LeasedBackend(self.backend, kept, labels, kernel=True)
+        return self._lease(
+            sandbox_id, workspace, LeasedBackend(self.backend, kept, labels, kernel=True), labels, warm=True
+        )
+
+    def _lease(
+        self, sandbox_id: str, workspace: Workspace, backend: LeasedBackend, labels: dict[str, str], *, warm: bool
+    ) -> Lease:
         return Lease(
             sandbox_id=sandbox_id,
-            directory=directory,
+            directory=self.root / sandbox_id,
             workspace=workspace,
             backend=backend,
             files=backend.workspace_files(workspace.root),
-            session_id=session_id,
-            turn_id=turn_id,
-            warm=True,
+            session_id=labels["session"],
+            turn_id=labels["turn"],
+            warm=warm,
             labels=labels,
         )
 
