@@ -65,6 +65,7 @@ from fleet_rlm.models.scripted import ScriptedModel, ScriptedModelServer, rlm_st
 from fleet_rlm.sandbox.base import SandboxLimits
 from fleet_rlm.sandbox.local import LocalSandboxBackend
 from fleet_rlm.service.kernels.pool import SandboxPool
+from fleet_rlm.service.turns.processes.processes import CHILD_MODULE
 from fleet_rlm.testing.sse import aevent_frames
 
 STEP_MARK = "load-bench-step"
@@ -231,7 +232,7 @@ def cpu_by_part(server_pid: int, model_pid: int) -> dict[str, float]:
     turn_processes = 0.0
     for child in server.children():
         with contextlib.suppress(psutil.Error):
-            if "turn_processes.child" in " ".join(child.cmdline()):
+            if CHILD_MODULE in child.cmdline():
                 times = child.cpu_times()
                 turn_processes += times.user + times.system
     machine = psutil.cpu_times()

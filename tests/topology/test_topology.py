@@ -20,6 +20,7 @@ import pytest
 from fleet_rlm.api.client import FleetClient
 from fleet_rlm.models.scripted import ScriptedModelServer, rlm_step
 from fleet_rlm.protocol.events import Event, EventType
+from fleet_rlm.service.turns.processes.processes import CHILD_MODULE
 from tests.api.server import ServerProcess
 
 from .processes import Topology
@@ -102,9 +103,7 @@ def test_a_worker_killed_mid_turn_leaves_the_turn_interrupted_within_15s_and_the
     wait_for_output(seen, client.follow(turn["id"]), "started")
 
     worker = topology.worker_running(turn["id"])
-    turn_processes = [
-        child for child in psutil.Process(worker.pid).children() if "turn_processes.child" in " ".join(child.cmdline())
-    ]
+    turn_processes = [child for child in psutil.Process(worker.pid).children() if CHILD_MODULE in child.cmdline()]
     assert turn_processes, "the worker runs its turns' engines in a turn process"
     worker.kill()
     killed = time.monotonic()

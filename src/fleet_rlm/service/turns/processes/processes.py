@@ -32,6 +32,8 @@ from fleet_rlm.service.turns.processes.wire import Call, Notice, Peer, PeerGone
 
 log = logging.getLogger(__name__)
 
+CHILD_MODULE = "fleet_rlm.service.turns.processes.child"
+"""What a turn process runs (``python -m``): how a process listing tells one."""
 NICENESS = 5
 """How much lower a turn process's CPU priority is than its Fleet process's."""
 READY_TIMEOUT = 60.0
@@ -61,7 +63,7 @@ class ChildProcess:
                     sys.executable,
                     "-P",
                     "-m",
-                    "fleet_rlm.service.turns.processes.child",
+                    CHILD_MODULE,
                     str(theirs.fileno()),
                     str(NICENESS),
                 ],
