@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from fleet_rlm.quality.expectations import Expectations
 from fleet_rlm.service.service import FleetService
 from fleet_rlm.service.turns.replays import CAPTURE_HINT
-from fleet_rlm.store import Invalid, LabelRecord, NotFound
+from fleet_rlm.store import Invalid, LabelRecord
 
 GROUP = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_EXPECTATIONS_BYTES = 256 * 1024
@@ -81,14 +81,12 @@ async def label_turn(
     turn = await service.turns.get(turn_id)
     if turn.active:
         raise Invalid(f"turn {turn_id} is still {turn.status}; label it once it has ended", code="turn_active")
-    try:
-        await service.quality.snapshot(turn_id)
-    except NotFound:
+    if not await service.quality.captured(turn_id):
         raise Invalid(
             f"turn {turn_id} cannot be labeled for optimization: it ran without capture_replays, so its inputs "
             f"were not kept and it cannot be replayed; {CAPTURE_HINT}",
             code="turn_not_captured",
-        ) from None
+        )
     checks = expectations or Expectations()
     if value is not None:
         if checks.value is not None and checks.value != value:

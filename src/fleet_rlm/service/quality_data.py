@@ -17,7 +17,7 @@ from fleet_rlm.service.kernels.service import KernelService
 from fleet_rlm.service.memory import MEMORY_FILE
 from fleet_rlm.service.turns.programs import served_program
 from fleet_rlm.service.turns.replays import ReplaySnapshot
-from fleet_rlm.store import LabelRecord, ProgramRecord, Store
+from fleet_rlm.store import LabelRecord, NotFound, ProgramRecord, Store
 
 
 class ReplayUnavailable(Exception):
@@ -76,6 +76,14 @@ class QualityData:
     async def snapshot(self, turn_id: str) -> ReplaySnapshot:
         """The inputs the turn was captured with; raises NotFound when it ran without ``capture_replays``."""
         return ReplaySnapshot.model_validate((await self._store.get_replay(turn_id)).snapshot)
+
+    async def captured(self, turn_id: str) -> bool:
+        """Whether the turn ran with ``capture_replays`` (a snapshot of its inputs is stored)."""
+        try:
+            await self._store.get_replay(turn_id)
+        except NotFound:
+            return False
+        return True
 
     @asynccontextmanager
     async def replay_sandbox(self, snapshot: ReplaySnapshot) -> AsyncIterator[tuple[str, Lease]]:
